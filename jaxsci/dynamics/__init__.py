@@ -1,0 +1,1 @@
+"""Dynamical-system papers as pure-functional JAX (equinox modules as pytrees)."""

@@ -16,6 +16,7 @@ and sharded over every device. Patterns differ in number between loads, so each
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import time
 from pathlib import Path
@@ -25,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from jaxsci.core import Report, sweep
+from jaxsci.core import Report, sweep, to_jsonable
 from jaxsci.core.validation import check_choice, check_int, check_scalar
 from jaxsci.dynamics import hopfield as hf
 
@@ -47,6 +48,9 @@ class HopfieldConfig:
     step_size: float = 0.2  # initial proposal scale, adapted during equilibration
     threshold: float = 0.5  # mean alignment above which a cell counts as retrieval
     max_patterns: int = 5_000_000  # refuse loads that would not fit in memory
+    # Chains per sweep call are capped so the (chains x M) overlap matrix of one MC
+    # step stays under this many GB; larger grids run in several calls.
+    memory_budget_gb: float = 2.0
 
     def validate(self) -> HopfieldConfig:
         check_int("n", self.n, min=2)
@@ -57,6 +61,7 @@ class HopfieldConfig:
         check_scalar("b", self.b, gt=1.0)
         check_scalar("beta", self.beta, gt=0.0)
         check_scalar("threshold", self.threshold, gt=0.0, lt=1.0)
+        check_scalar("memory_budget_gb", self.memory_budget_gb, gt=0.0)
         if not self.alphas or not self.temperatures:
             raise ValueError("alphas and temperatures must be non-empty")
         for a in self.alphas:
@@ -92,6 +97,7 @@ CONFIGS = {
         n_equil=5000,
         n_sample=2000,
         max_patterns=100_000_000,
+        memory_budget_gb=40.0,
     ),
 }
 
@@ -148,9 +154,18 @@ def simulate_cell_grid(
                 step_size=config.step_size,
             )
 
-        res = sweep(one, params)
-        out_align.append(np.asarray(res.alignment).reshape(n_t, c))
-        out_acc.append(np.asarray(res.acceptance).reshape(n_t, c))
+        # Each chain's step materialises M overlaps (and a few same-sized temporaries).
+        per_chain = 4 * m * patterns.dtype.itemsize
+        chunk = max(1, int(config.memory_budget_gb * 1e9 // per_chain))
+        total = n_t * c
+        parts = [
+            sweep(one, {k: v[i : i + chunk] for k, v in params.items()})
+            for i in range(0, total, chunk)
+        ]
+        align = np.concatenate([np.asarray(r.alignment) for r in parts])
+        acc = np.concatenate([np.asarray(r.acceptance) for r in parts])
+        out_align.append(align.reshape(n_t, c))
+        out_acc.append(acc.reshape(n_t, c))
     return {"alignment": np.concatenate(out_align, 1), "acceptance": np.concatenate(out_acc, 1)}
 
 
@@ -173,7 +188,12 @@ def crossing_alpha(alphas: np.ndarray, values: np.ndarray, threshold: float) -> 
 def run(
     config: HopfieldConfig, out_dir: str | Path, *, seed: int = 0, progress: bool = True
 ) -> Report:
-    """Run the phase-diagram reproduction and write metrics, figure and report."""
+    """Run the phase-diagram reproduction and write metrics, figure and report.
+
+    Each finished (kernel, alpha) cell is saved to ``out_dir/progress.json``; rerunning
+    after an interruption with the same config and seed reuses those cells and
+    simulates only the rest (removed once the report is written).
+    """
     config.validate()
     check_int("seed", seed, min=0)
     report = Report("hopfield: Dense Associative Memory phase diagrams (LSE vs LSR)", out_dir)
@@ -182,6 +202,8 @@ def run(
     temps = np.asarray(config.temperatures, np.float64)
     kernels = ("lse", "lsr")
     grids: dict[str, dict[str, np.ndarray]] = {}
+    progress_file = report.out_dir / "progress.json"
+    done = _load_progress(progress_file, config, seed)
     t0 = time.perf_counter()
     bar = tqdm(
         total=len(alphas) * len(kernels), desc="hopfield MC", disable=not progress, leave=False
@@ -192,7 +214,13 @@ def run(
         acc = np.zeros_like(mean)
         for i, alpha in enumerate(alphas):
             bar.set_postfix(kernel=kernel, alpha=f"{alpha:.3f}", M=hf.num_patterns(alpha, config.n))
-            cell = simulate_cell_grid(jax.random.fold_in(key, i), config, float(alpha), kernel)
+            tag = f"{kernel}/{i}"
+            if tag in done:  # finished before an interruption: reuse, bit for bit
+                cell = {k: np.asarray(v, np.float32) for k, v in done[tag].items()}
+            else:
+                cell = simulate_cell_grid(jax.random.fold_in(key, i), config, float(alpha), kernel)
+                done[tag] = cell
+                _save_progress(progress_file, config, seed, done)
             a = cell["alignment"]
             mean[i] = a.mean(1)
             se[i] = a.std(1, ddof=1) / math.sqrt(a.shape[1]) if a.shape[1] > 1 else 0.0
@@ -218,7 +246,28 @@ def run(
     )
     report.add_text(summary_markdown(config, metrics))
     report.write()
+    progress_file.unlink(missing_ok=True)
     return report
+
+
+def _load_progress(path: Path, config: HopfieldConfig, seed: int) -> dict:
+    """Cells finished by an interrupted run with the same config and seed."""
+    if not path.exists():
+        return {}
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    if saved.get("config") != to_jsonable(config) or saved.get("seed") != seed:
+        return {}  # a different run wrote it: start afresh rather than mix results
+    return saved.get("cells", {})
+
+
+def _save_progress(path: Path, config: HopfieldConfig, seed: int, cells: dict) -> None:
+    payload = {"config": to_jsonable(config), "seed": seed, "cells": to_jsonable(cells)}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload))
+    tmp.replace(path)  # atomic: an interruption never leaves a half-written file
 
 
 def analyse(config, alphas, temps, grids) -> dict:

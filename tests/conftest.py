@@ -1,0 +1,27 @@
+"""Test-wide setup: a persistent XLA compilation cache shared by the suite.
+
+Compiling dominates the smoke tests on a 2-core machine; the same programs are
+compiled again by later tests and by CLI subprocesses (which inherit these
+environment variables), so caching them cuts the suite's time without changing
+any result (a cached executable is the same compiled program).
+"""
+
+import os
+from pathlib import Path
+
+_CACHE = Path(__file__).resolve().parents[1] / ".jax_cache"
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(_CACHE))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
+import jax  # noqa: E402
+
+jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+jax.config.update(
+    "jax_persistent_cache_min_compile_time_secs",
+    float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]),
+)
+jax.config.update(
+    "jax_persistent_cache_min_entry_size_bytes",
+    int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]),
+)

@@ -25,8 +25,8 @@ class Entry:
 
 _ENTRIES = [
     Entry("hopfield", "Thermodynamic capacity of continuous Dense Associative Memory, LSE vs LSR kernels", "dynamics", "implemented"),
-    Entry("particles", "Transformer forward pass as interacting particles on the sphere, with the perceptron block", "dynamics"),
-    Entry("noisy_transformer", "Deep transformers with random value matrices: common matrix Brownian noise on the sphere", "dynamics"),
+    Entry("particles", "Transformer forward pass as interacting particles on the sphere, with the perceptron block", "dynamics", "implemented"),
+    Entry("noisy_transformer", "Deep transformers with random value matrices: common matrix Brownian noise on the sphere", "dynamics", "implemented"),
     Entry("koopman", "MERLIN: functional Koopman with function encoders/decoders and Mori-Zwanzig memory", "dynamics"),
     Entry("langevin", "Learning stochastic dynamics from temporally sparse samples as stochastic control (path augmentation)", "dynamics"),
     Entry("sysid", "Input-output learning of nonlinear systems under sparse adversarial attacks (l2-norm estimator)", "dynamics"),

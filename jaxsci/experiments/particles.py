@@ -1,0 +1,338 @@
+"""Reproduction: transformer particle flow on the sphere, with and without the perceptron.
+
+For every inverse temperature ``beta`` and perceptron (width, scale), ``seeds``
+random initial configurations of ``n`` tokens uniform on ``S^{d-1}`` flow under
+:func:`jaxsci.dynamics.particles.solve` (the mean-field gradient flow: attention
+with ``Q^T K = V = I`` and ``Z_i = n`` plus a gradient perceptron). The final
+configurations are summarised by their atoms (:func:`count_clusters`). Claims
+checked: the energy never decreases; attention alone collapses to one cluster;
+with the perceptron the flow stops at critical points (velocity ~ 0) that are
+atomic (a few atoms) and localized (the same atoms whatever the initial tokens).
+
+Time is reparametrised by ``speed = exp(-beta)`` (the attention kernel becomes
+``exp(beta (<x, y> - 1)) <= 1``) and the perceptron's output weights are
+``scale * exp(beta)``, so ``scale`` is the perceptron's strength relative to the
+attention between coincident tokens and one step size serves every ``beta``.
+Each perceptron width is one :func:`jaxsci.core.sweep` over (beta, scale, seed).
+The perceptron of a given width is the same in every cell (its key does not depend
+on beta, scale or seed), so cells differ only by the initial tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from jaxsci.core import Report, product_grid, sweep
+from jaxsci.core.sphere import sample_uniform
+from jaxsci.core.validation import check_choice, check_int, check_scalar
+from jaxsci.dynamics import particles as pt
+
+__all__ = ["ParticlesConfig", "CONFIGS", "METRIC_KEYS", "run", "simulate", "get_config"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ParticlesConfig:
+    n: int = 128  # tokens (particles)
+    d: int = 3  # S^2, so final configurations can be drawn
+    betas: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
+    widths: tuple[int, ...] = (4, 16)  # perceptron hidden units
+    scales: tuple[float, ...] = (0.5, 2.0)  # perceptron strength relative to attention
+    seeds: int = 4  # initial configurations per cell
+    t1: float = 200.0  # final time (in units where the attention kernel is <= 1)
+    dt: float = 0.1
+    n_save: int = 40  # saved states for the energy-monotonicity check
+    activation: str = "relu"  # the usual Transformer MLP activation
+    bias_std: float = 0.5
+    cluster_tol: float = 0.05  # tokens closer than this are one atom
+    atomic_max: int = 10  # "atomic": at most this many atoms
+    energy_rtol: float = 1e-5  # float32 round-off allowance for "never decreases"
+    stationary_tol: float = 1e-5  # max |velocity| below which a run is at a critical point
+
+    def validate(self) -> ParticlesConfig:
+        check_int("n", self.n, min=2)
+        check_int("d", self.d, min=2)
+        check_int("seeds", self.seeds, min=1)
+        check_scalar("t1", self.t1, gt=0.0)
+        check_scalar("dt", self.dt, gt=0.0)
+        check_int("n_save", self.n_save, min=2)
+        check_choice("activation", self.activation, pt.ACTIVATIONS)
+        check_scalar("bias_std", self.bias_std, ge=0.0)
+        check_scalar("cluster_tol", self.cluster_tol, gt=0.0)
+        check_int("atomic_max", self.atomic_max, min=1)
+        check_scalar("energy_rtol", self.energy_rtol, ge=0.0)
+        check_scalar("stationary_tol", self.stationary_tol, gt=0.0)
+        if not self.betas or not self.widths or not self.scales:
+            raise ValueError("betas, widths and scales must be non-empty")
+        for b in self.betas:
+            check_scalar("betas[i]", b, gt=0.0)
+        for w in self.widths:
+            check_int("widths[i]", w, min=1)
+        for s in self.scales:
+            check_scalar("scales[i]", s, gt=0.0)
+        return self
+
+
+CONFIGS = {
+    "smoke": ParticlesConfig(
+        n=16, betas=(1.0, 4.0), widths=(4,), scales=(2.0,), seeds=2, t1=10.0, dt=0.2, n_save=5
+    ),
+    # ~1-2 minutes on 2 CPU cores.
+    "quick": ParticlesConfig(),
+    # The mean-field regime the paper studies: thousands of tokens, for a GPU.
+    "full": ParticlesConfig(
+        n=2048, betas=(1.0, 2.0, 4.0, 8.0, 16.0), widths=(4, 16, 64), scales=(0.25, 1.0, 4.0),
+        seeds=16, t1=1000.0, dt=0.05, n_save=100,
+    ),
+}
+
+METRIC_KEYS = (
+    "energy_monotone",
+    "clusters_attention_only",
+    "clusters_with_perceptron",
+    "atomic_fraction",
+    "stationary_fraction_attention_only",
+    "stationary_fraction_with_perceptron",
+    "support_spread_with_perceptron",
+    "clusters_attention_only_by_beta",
+)
+
+
+def simulate(key: jax.Array, config: ParticlesConfig, width: int | None) -> dict[str, np.ndarray]:
+    """One sweep over (beta, scale, seed) for one perceptron width (``None``: attention only).
+
+    Returns arrays with a leading grid axis in ``product_grid(beta, scale, seed)`` order.
+    """
+    n, d = config.n, config.d
+    scales = config.scales if width is not None else (0.0,)
+    grid = product_grid(beta=config.betas, scale=scales, seed=np.arange(config.seeds))
+    k_x, k_p = jax.random.split(key)
+    # Initial tokens depend on the seed only: every cell sees the same seeds.
+    x0s = jax.vmap(lambda k: sample_uniform(k, n, d))(jax.random.split(k_x, config.seeds))
+    perceptron = None
+    if width is not None:
+        perceptron = pt.random_perceptron(
+            k_p, d, width, 1.0, bias_std=config.bias_std, activation=config.activation
+        )
+    params = {
+        "beta": grid["beta"].astype(np.float32),
+        "scale": grid["scale"].astype(np.float32),
+        "x0": x0s[grid["seed"]],
+    }
+
+    def one(p):
+        per = None
+        if perceptron is not None:
+            c = perceptron.c * p["scale"] * jnp.exp(p["beta"])
+            per = eqx.tree_at(lambda q: q.c, perceptron, c)
+        flow = pt.make_flow(d, p["beta"], perceptron=per, speed=jnp.exp(-p["beta"]))
+        tr = pt.solve(flow, p["x0"], config.t1, config.dt, n_save=config.n_save)
+        k, labels = pt.count_clusters(tr.final, config.cluster_tol)
+        de = jnp.diff(tr.energy)
+        scale_e = jnp.maximum(jnp.abs(tr.energy).max(), 1e-6)
+        vel = jnp.abs(pt.velocity(flow, tr.final)).max()
+        return {
+            "clusters": k,
+            "labels": labels,
+            "final": tr.final,
+            "monotone": jnp.all(de >= -config.energy_rtol * scale_e),
+            "min_rel_de": de.min() / scale_e,
+            "max_velocity": vel,
+            "energy": tr.energy,
+        }
+
+    out = sweep(one, params)
+    res = {k: np.asarray(v) for k, v in out.items()}
+    res.update({k: np.asarray(v) for k, v in grid.items()})
+    return res
+
+
+def atoms(final: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Atom positions (normalised centroids of each cluster) and masses (fractions)."""
+    roots = np.unique(labels)
+    pos = np.stack([final[labels == r].mean(0) for r in roots])
+    pos /= np.linalg.norm(pos, axis=-1, keepdims=True)
+    mass = np.array([(labels == r).mean() for r in roots])
+    return pos, mass
+
+
+def hausdorff(a: np.ndarray, b: np.ndarray) -> float:
+    dist = np.linalg.norm(a[:, None, :] - b[None, :, :], axis=-1)
+    return float(max(dist.min(1).max(), dist.min(0).max()))
+
+
+def run(
+    config: ParticlesConfig, out_dir: str | Path, *, seed: int = 0, progress: bool = True
+) -> Report:
+    """Run the sweep and write metrics, figures and report."""
+    config.validate()
+    check_int("seed", seed, min=0)
+    report = Report("particles: transformer particle flow with the perceptron block", out_dir)
+    key = jax.random.key(seed)
+    t0 = time.perf_counter()
+    jobs: list[int | None] = [None, *config.widths]
+    results: dict[int | None, dict[str, np.ndarray]] = {}
+    for job in tqdm(jobs, desc="particles sweep", disable=not progress, leave=False):
+        results[job] = simulate(jax.random.fold_in(key, 0 if job is None else job), config, job)
+    wall = time.perf_counter() - t0
+
+    metrics = analyse(config, results)
+    metrics["wall_time_s"] = wall
+    metrics["config"] = dataclasses.asdict(config)
+    metrics["seed"] = seed
+    report.metrics = metrics
+    report.add_figure(
+        plot_configurations(config, results), "final_configurations.png",
+        "Final token configurations on S^2 (marker area: atom mass). Left: attention only; "
+        "right: with the perceptron (same initial tokens).",
+    )
+    report.add_figure(
+        plot_cluster_counts(config, results), "cluster_counts.png",
+        "Number of atoms at the final time over the sweep (median over seeds, bars: min-max).",
+    )
+    report.add_text(summary_markdown(config, metrics))
+    report.write()
+    return report
+
+
+def analyse(config: ParticlesConfig, results) -> dict:
+    att = results[None]
+    per = [results[w] for w in config.widths]
+    all_mono = np.concatenate([att["monotone"]] + [r["monotone"] for r in per])
+    k_per = np.concatenate([r["clusters"] for r in per])
+    v_per = np.concatenate([r["max_velocity"] for r in per])
+    by_beta = [float(np.median(att["clusters"][att["beta"] == b])) for b in config.betas]
+    # Localization: with a fixed perceptron, the atoms reached from different initial
+    # tokens coincide (Hausdorff distance between the atom sets of seed 0 and the others).
+    spreads = []
+    for r in per:
+        for b in config.betas:
+            for s in config.scales:
+                idx = np.nonzero((r["beta"] == b) & (r["scale"] == np.float32(s)))[0]
+                ref, _ = atoms(r["final"][idx[0]], r["labels"][idx[0]])
+                for i in idx[1:]:
+                    pos, _ = atoms(r["final"][i], r["labels"][i])
+                    spreads.append(hausdorff(ref, pos))
+    m = {
+        "energy_monotone": float(all_mono.mean()),
+        "energy_min_relative_increment": float(
+            min(att["min_rel_de"].min(), *[r["min_rel_de"].min() for r in per])
+        ),
+        "clusters_attention_only": float(np.median(att["clusters"])),
+        "clusters_with_perceptron": float(np.median(k_per)),
+        "atomic_fraction": float(np.mean(k_per <= config.atomic_max)),
+        "stationary_fraction_attention_only": float(
+            np.mean(att["max_velocity"] < config.stationary_tol)
+        ),
+        "stationary_fraction_with_perceptron": float(np.mean(v_per < config.stationary_tol)),
+        "support_spread_with_perceptron": float(np.median(spreads)) if spreads else 0.0,
+        "support_match_fraction": float(np.mean(np.asarray(spreads) < 0.1)) if spreads else 1.0,
+        "clusters_attention_only_by_beta": by_beta,
+        "betas": list(config.betas),
+        "clusters_attention_only_all": att["clusters"],
+        "max_velocity_attention_only": att["max_velocity"],
+    }
+    for w, r in zip(config.widths, per, strict=True):
+        m[f"clusters_width{w}"] = r["clusters"].reshape(
+            len(config.betas), len(config.scales), config.seeds
+        )
+        m[f"max_velocity_width{w}"] = float(r["max_velocity"].max())
+    return m
+
+
+def plot_configurations(config, results):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    att = results[None]
+    w = config.widths[-1]
+    per = results[w]
+    b_lo, b_hi = config.betas[0], config.betas[-1]
+    s_hi = np.float32(config.scales[-1])
+    panels = [
+        (att, (att["beta"] == b_lo) & (att["seed"] == 0), f"attention only, beta={b_lo}"),
+        (att, (att["beta"] == b_hi) & (att["seed"] == 0), f"attention only, beta={b_hi}"),
+        (per, (per["beta"] == b_lo) & (per["scale"] == s_hi) & (per["seed"] == 0),
+         f"+ perceptron (m={w}, scale={float(s_hi)}), beta={b_lo}"),
+        (per, (per["beta"] == b_hi) & (per["scale"] == s_hi) & (per["seed"] == 0),
+         f"+ perceptron (m={w}, scale={float(s_hi)}), beta={b_hi}"),
+    ]
+    fig = plt.figure(figsize=(13, 3.6), constrained_layout=True)
+    u, v = np.mgrid[0 : 2 * np.pi : 30j, 0 : np.pi : 15j]
+    for j, (res, mask, title) in enumerate(panels):
+        ax = fig.add_subplot(1, 4, j + 1, projection="3d")
+        i = int(np.nonzero(mask)[0][0])
+        ax.plot_wireframe(np.cos(u) * np.sin(v), np.sin(u) * np.sin(v), np.cos(v),
+                          color="0.85", lw=0.4)
+        final = res["final"][i]
+        if final.shape[1] >= 3:
+            pos, mass = atoms(final, res["labels"][i])
+            ax.scatter(*pos[:, :3].T, s=20 + 400 * mass, c="C3", depthshade=False)
+        ax.set_title(f"{title}\n{int(res['clusters'][i])} atom(s)", fontsize=8)
+        ax.set_axis_off()
+    return fig
+
+
+def plot_cluster_counts(config, results):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    betas = np.asarray(config.betas)
+    fig, ax = plt.subplots(figsize=(6, 4), constrained_layout=True)
+    att = results[None]
+    k = att["clusters"].reshape(len(betas), config.seeds)
+    med = np.median(k, 1)
+    ax.errorbar(betas, med, yerr=[med - k.min(1), k.max(1) - med], fmt="k-o", capsize=3,
+                label="attention only")
+    for j, w in enumerate(config.widths):
+        kk = results[w]["clusters"].reshape(len(betas), len(config.scales), config.seeds)
+        for si, s in enumerate(config.scales):
+            med = np.median(kk[:, si], 1)
+            ax.errorbar(betas * (1.0 + 0.03 * (2 * j + si + 1)), med,
+                        yerr=[med - kk[:, si].min(1), kk[:, si].max(1) - med], fmt="--s",
+                        capsize=3, label=f"perceptron m={w}, scale={s}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(r"inverse temperature $\beta$")
+    ax.set_ylabel("atoms at the final time")
+    ax.set_title(f"n={config.n} tokens on S^{config.d - 1}, t={config.t1}")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def summary_markdown(config, m) -> str:
+    rows = [
+        ("energy never decreases (fraction of runs)", f"{m['energy_monotone']:.3f}"),
+        ("atoms, attention only (median; by beta)",
+         f"{m['clusters_attention_only']:.1f}; "
+         + ", ".join(f"beta={b}: {k:g}" for b, k in zip(config.betas,
+                                                        m["clusters_attention_only_by_beta"],
+                                                        strict=True))),
+        ("atoms, with perceptron (median)", f"{m['clusters_with_perceptron']:.1f}"),
+        (f"atomic fraction (<= {config.atomic_max} atoms)", f"{m['atomic_fraction']:.3f}"),
+        ("at a critical point (max |v| < "
+         f"{config.stationary_tol:g}): attention only / with perceptron",
+         f"{m['stationary_fraction_attention_only']:.3f} / "
+         f"{m['stationary_fraction_with_perceptron']:.3f}"),
+        ("same atoms from other initial tokens: median Hausdorff distance / fraction < 0.1",
+         f"{m['support_spread_with_perceptron']:.3g} / {m['support_match_fraction']:.3f}"),
+        ("wall time", f"{m['wall_time_s']:.1f} s"),
+    ]
+    return "| quantity | value |\n|---|---|\n" + "\n".join(f"| {a} | {b} |" for a, b in rows) + "\n"
+
+
+def get_config(name: str) -> ParticlesConfig:
+    check_choice("config", name, tuple(CONFIGS))
+    return CONFIGS[name]
+

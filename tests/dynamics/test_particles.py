@@ -1,0 +1,154 @@
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxsci.core.sphere import sample_uniform
+from jaxsci.dynamics import particles as pt
+
+N, D = 24, 3
+
+
+@pytest.fixture(scope="module")
+def x0():
+    return sample_uniform(jax.random.key(0), N, D)
+
+
+@pytest.fixture(scope="module")
+def perceptron():
+    return pt.random_perceptron(jax.random.key(1), D, 6, 2.0)
+
+
+@pytest.fixture(scope="module")
+def traj(x0, perceptron):
+    """One trajectory of the full gradient flow (attention + perceptron), reused."""
+    flow = pt.make_flow(D, 2.0, perceptron=perceptron)
+    return flow, pt.solve(flow, x0, 6.0, 0.02, n_save=30)
+
+
+def test_perceptron_is_gradient_of_its_potential(perceptron, x0):
+    for act in pt.ACTIVATIONS:
+        p = pt.Perceptron(perceptron.w, perceptron.b, perceptron.c, act)
+        g = jax.vmap(jax.grad(p.potential))(x0)
+        np.testing.assert_allclose(np.asarray(g), np.asarray(p(x0)), rtol=1e-5, atol=1e-5)
+
+
+def test_velocity_is_projected_gradient_of_energy(x0, perceptron):
+    flow = pt.make_flow(D, 1.5, perceptron=perceptron)
+    g = jax.grad(lambda y: pt.energy(flow, y))(x0)
+    want = g - jnp.sum(g * x0, -1, keepdims=True) * x0
+    np.testing.assert_allclose(np.asarray(pt.velocity(flow, x0)), np.asarray(want),
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_energy_hand_computed_two_particles():
+    # x1 = e1, x2 = e2: E = (1/(2 beta 2)) (2 e^beta + 2) - constant n^2/(2 beta n) = ...
+    x = jnp.eye(3)[:2]
+    beta = 0.7
+    flow = pt.make_flow(3, beta)
+    want = (2 * np.expm1(beta) + 2 * np.expm1(0.0)) / (2 * beta * 2)
+    assert float(pt.energy(flow, x)) == pytest.approx(want, rel=1e-6)
+
+
+def test_projection_keeps_norms_and_energy_is_monotone(traj):
+    _, tr = traj
+    norms = jnp.linalg.norm(tr.xs, axis=-1)
+    np.testing.assert_allclose(np.asarray(norms), 1.0, atol=1e-5)
+    de = np.diff(np.asarray(tr.energy))
+    assert de.min() >= -1e-5 * abs(float(tr.energy[-1]))
+    assert float(tr.energy[-1]) > float(tr.energy[0])  # it actually moves
+
+
+def test_energy_monotone_for_softmax_attention_only(x0):
+    flow = pt.make_flow(D, 3.0, normalisation="softmax")
+    tr = pt.solve(flow, x0, 3.0, 0.05, n_save=15)
+    assert np.diff(np.asarray(tr.energy)).min() >= -1e-5 * abs(float(tr.energy[-1]))
+    assert pt.is_gradient_flow(flow)
+    assert not pt.is_gradient_flow(pt.make_flow(D, 1.0, value=2 * jnp.eye(D)))
+
+
+def test_attention_only_collapses_to_one_cluster(x0):
+    flow = pt.make_flow(D, 1.0)
+    tr = pt.solve(flow, x0, 20.0, 0.1, n_save=4)
+    k, labels = pt.count_clusters(tr.final, 1e-2)
+    assert int(k) == 1
+    assert int(pt.cluster_masses(labels).max()) == N
+
+
+def test_solver_converges_with_order():
+    # Smooth (tanh) perceptron in float64: the projected Tsit5 step keeps high order,
+    # the projected Heun step order 2 (halving dt divides the error by ~4).
+    with jax.enable_x64(True):
+        x0 = sample_uniform(jax.random.key(0), N, D, dtype=jnp.float64)
+        per = pt.random_perceptron(jax.random.key(1), D, 6, 2.0, activation="tanh",
+                                   dtype=jnp.float64)
+        flow = pt.make_flow(D, 2.0, perceptron=per, dtype=jnp.float64)
+        ref = pt.solve(flow, x0, 1.0, 0.0025, n_save=1).final
+
+        def err(h, solver):
+            out = pt.solve(flow, x0, 1.0, h, n_save=1, solver=solver).final
+            return float(jnp.abs(out - ref).max())
+
+        e1, e2 = err(0.1, diffrax.Heun()), err(0.05, diffrax.Heun())
+        assert 3.0 < e1 / e2 < 5.0
+        t1, t2 = err(0.1, diffrax.Tsit5()), err(0.05, diffrax.Tsit5())
+        assert t1 / t2 > 20.0 and t2 < 1e-6
+
+
+def test_count_clusters_hand_made():
+    a, b = jnp.array([1.0, 0, 0]), jnp.array([0, 1.0, 0])
+    x = jnp.stack([a, b, a, b, jnp.array([0, 0, 1.0])])
+    k, labels = pt.count_clusters(x, 1e-3)
+    assert int(k) == 3
+    np.testing.assert_array_equal(np.asarray(labels), [0, 1, 0, 1, 4])
+    # a chain of close points is one component even if its ends are far apart
+    th = jnp.linspace(0, 0.5, 26)
+    chain = jnp.stack([jnp.cos(th), jnp.sin(th), 0 * th], -1)
+    assert int(pt.count_clusters(chain, 0.03)[0]) == 1
+    assert int(pt.count_clusters(chain, 0.01)[0]) == 26
+
+
+def test_jit_equals_eager_and_vmap_equals_loop(x0, perceptron):
+    betas = jnp.array([0.5, 2.0, 4.0])
+
+    def final(beta):
+        flow = pt.make_flow(D, beta, perceptron=perceptron)
+        return pt.solve(flow, x0, 0.5, 0.05, n_save=2).final
+
+    batched = jax.vmap(final)(betas)
+    for i in range(3):
+        eager = final(float(betas[i]))
+        np.testing.assert_allclose(np.asarray(batched[i]), np.asarray(eager), atol=1e-5)
+    jitted = jax.jit(final)(betas[1])
+    np.testing.assert_allclose(np.asarray(jitted), np.asarray(batched[1]), atol=1e-5)
+
+
+def test_determinism_under_key():
+    p1 = pt.random_perceptron(jax.random.key(3), D, 4, 1.0)
+    p2 = pt.random_perceptron(jax.random.key(3), D, 4, 1.0)
+    p3 = pt.random_perceptron(jax.random.key(4), D, 4, 1.0)
+    np.testing.assert_array_equal(np.asarray(p1.w), np.asarray(p2.w))
+    assert not np.allclose(np.asarray(p1.w), np.asarray(p3.w))
+
+
+def test_bad_inputs_raise(x0, perceptron):
+    flow = pt.make_flow(D, 1.0)
+    with pytest.raises(ValueError, match="x must lie on the unit sphere"):
+        pt.velocity(flow, 2.0 * x0)
+    with pytest.raises(ValueError, match="d must be >= 2"):
+        pt.make_flow(1, 1.0)
+    with pytest.raises(ValueError, match="beta must be >= 0"):
+        pt.make_flow(D, -1.0)
+    with pytest.raises(ValueError, match=r"x must have shape \(n, 3\)"):
+        pt.velocity(flow, sample_uniform(jax.random.key(0), 4, 5))
+    with pytest.raises(ValueError, match="qk must have shape"):
+        pt.make_flow(D, 1.0, qk=jnp.eye(4))
+    with pytest.raises(ValueError, match="perceptron must act on d = 4"):
+        pt.make_flow(4, 1.0, perceptron=perceptron)
+    with pytest.raises(ValueError, match="normalisation must be one of"):
+        pt.make_flow(D, 1.0, normalisation="layer")
+    with pytest.raises(ValueError, match="x must be finite"):
+        pt.count_clusters(x0.at[0, 0].set(jnp.nan))
+    with pytest.raises(TypeError, match="key must be a jax.random key"):
+        pt.random_perceptron(0, D, 4)

@@ -29,7 +29,7 @@ _ENTRIES = [
     Entry("noisy_transformer", "Deep transformers with random value matrices: common matrix Brownian noise on the sphere", "dynamics", "implemented"),
     Entry("koopman", "MERLIN: functional Koopman with function encoders/decoders and Mori-Zwanzig memory", "dynamics"),
     Entry("langevin", "Learning stochastic dynamics from temporally sparse samples as stochastic control (path augmentation)", "dynamics"),
-    Entry("sysid", "Input-output learning of nonlinear systems under sparse adversarial attacks (l2-norm estimator)", "dynamics"),
+    Entry("sysid", "Input-output learning of nonlinear systems under sparse adversarial attacks (l2-norm estimator)", "dynamics", "implemented"),
     Entry("lyapunov", "Neural vector Lyapunov-Razumikhin certificates for delayed interconnected systems", "dynamics"),
     Entry("grans", "G-RANS: residual-aware neural subspace-correction solver for sparse FEM systems", "dynamics"),
     Entry("bioflow", "Regime-aware conditional flow matching for trajectories of many systems-biology ODE models", "dynamics"),

@@ -1,0 +1,1 @@
+"""ML methods ported to Flax NNX."""

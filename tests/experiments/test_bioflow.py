@@ -1,0 +1,54 @@
+import json
+
+import numpy as np
+import pytest
+
+from jaxsci.dynamics import bioflow as bf
+from jaxsci.experiments import bioflow as exp
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bioflow_smoke")
+    exp.run(exp.CONFIGS["smoke"], out, progress=False)
+    return out, json.loads((out / "metrics.json").read_text())
+
+
+def test_smoke_writes_every_metric_finite(smoke):
+    out, m = smoke
+    for key in exp.METRIC_KEYS:
+        assert key in m, key
+        if key == "per_regime":
+            assert set(m[key]) <= set(bf.REGIMES) and m[key]
+            for r in m[key].values():
+                assert all(np.isfinite(v) for v in r.values())
+        else:
+            assert np.all(np.isfinite(np.asarray(m[key], dtype=float))), key
+    assert m["n_systems"] == 13 * exp.CONFIGS["smoke"].per_family
+    assert m["n_test"] + 0 < m["n_systems"]
+    assert (out / "forecasts.png").stat().st_size > 10_000
+    assert "MAE reduction" in (out / "report.md").read_text()
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="context must be <="):
+        exp.BioFlowConfig(n_times=32, context=32).validate()
+    with pytest.raises(ValueError, match="test_fraction must be < 1"):
+        exp.BioFlowConfig(test_fraction=1.0).validate()
+
+
+@pytest.mark.reproduce
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap (docs/bioflow.md): at CPU scale the regime-prior source is slightly "
+    "worse than the Gaussian one on held-out systems (MAE -4.4%, CRPS -7.3%; paper: "
+    "+31% / +17%). Strict: when the claim starts to hold, this turns into a failure "
+    "so the docs and the marker get updated.",
+)
+def test_quick_regime_prior_beats_gaussian_source(tmp_path):
+    exp.run(exp.CONFIGS["quick"], tmp_path, progress=False)
+    m = json.loads((tmp_path / "metrics.json").read_text())
+    assert m["n_systems"] >= 1000
+    # The paper's claim, on held-out systems: the regime-prior source lowers MAE and CRPS.
+    assert m["mae_regime"] < m["mae_gaussian"]
+    assert m["crps_regime"] < m["crps_gaussian"]

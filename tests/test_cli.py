@@ -39,16 +39,22 @@ def test_out_that_is_a_file_is_rejected(tmp_path, capsys):
     assert "--out must be a folder" in capsys.readouterr().err
 
 
-def test_console_script_reproduce_smoke(tmp_path):
-    # The installed entry point, end to end, as a user types it.
-    res = subprocess.run(
-        [sys.executable, "-m", "jaxsci.cli", "reproduce", "hopfield", "--smoke",
-         "--out", str(tmp_path / "h"), "--seed", "1", "--no-progress"],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert res.returncode == 0, res.stderr
+def test_reproduce_smoke_end_to_end(tmp_path, capsys):
+    # In-process, so the compiled programs are shared with the experiment tests.
+    argv = ["reproduce", "hopfield", "--smoke", "--out", str(tmp_path / "h"), "--seed", "1",
+            "--no-progress"]
+    assert cli.main(argv) == 0
     m = json.loads((tmp_path / "h" / "metrics.json").read_text())
     assert m["seed"] == 1 and "boundary_agreement_lse_exact" in m
+    assert (tmp_path / "h" / "report.md").exists()
+    assert "done in" in capsys.readouterr().out
+
+
+def test_console_entry_point_exit_codes():
+    # The module entry point as a user's shell sees it: exit status and no traceback.
+    ok = subprocess.run([sys.executable, "-m", "jaxsci.cli", "list"],
+                        capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and "hopfield" in ok.stdout
     bad = subprocess.run([sys.executable, "-m", "jaxsci.cli", "reproduce", "nope"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr

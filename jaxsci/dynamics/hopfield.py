@@ -225,6 +225,8 @@ def metropolis(
     check_scalar("init_noise", init_noise, ge=0.0)
     check_scalar("step_size", step_size, gt=0.0)
     check_scalar("target_acceptance", target_acceptance, gt=0.0, lt=1.0)
+    if x0 is not None:
+        check_array("x0", x0, shape=(patterns.shape[1],), dtype="floating")
     return _metropolis(
         key,
         patterns,

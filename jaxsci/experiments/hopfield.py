@@ -22,12 +22,11 @@ import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
 from jaxsci.core import Report, sweep, to_jsonable
-from jaxsci.core.validation import check_choice, check_int, check_scalar
+from jaxsci.core.validation import check_int, check_scalar
 from jaxsci.dynamics import hopfield as hf
 
 __all__ = ["HopfieldConfig", "CONFIGS", "run", "METRIC_KEYS"]
@@ -377,12 +376,3 @@ def summary_markdown(config, m) -> str:
         "A '+' marks a capacity that was not reached on the grid (lower bound)."
     )
     return table + "\n\n" + verdict + "\n"
-
-
-def get_config(name: str) -> HopfieldConfig:
-    check_choice("config", name, tuple(CONFIGS))
-    return CONFIGS[name]
-
-
-# Keep jnp imported for users who extend the experiment interactively.
-_ = jnp

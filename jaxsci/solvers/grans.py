@@ -1,0 +1,678 @@
+r"""G-RANS: residual-aware neural subspace corrections for sparse linear systems.
+
+Paper: "G-RANS: Generalizable Residual-Aware Neural Solver", ICML 2026 (abstract in
+``shared/seeds/000_*.txt``; jaxsci issue #7 gives the method in detail).
+
+Iteration (subspace correction)
+-------------------------------
+For ``A x = b`` with residual ``r_k = b - A x_k``:
+
+1. map ``r_k`` onto the matrix graph (nodes = unknowns, edges = stored entries, edge
+   features = the entries scaled as ``a_ij / sqrt(|a_ii a_jj|)``);
+2. a message-passing network generates ``m`` correction vectors
+   ``V_k = Phi_theta(r_k; A) in R^{n x m}``, multi-scale through graph coarsening (the
+   unknowns are binned into coarser and coarser aggregates, each level passes
+   messages along the aggregated edges, and the levels are unpooled and mixed);
+3. the coefficients come from the Galerkin projection ``(V_k^T A V_k) c_k = V_k^T r_k``
+   and ``x_{k+1} = x_k + V_k c_k``.
+
+For symmetric positive definite ``A`` step 3 minimises the A-norm of the error over
+``x_k + span(V_k)``, so no step increases it, whatever the network outputs
+(:func:`galerkin_correction`; a test checks it). ``V_k`` is orthonormalised (QR)
+before the projection, and the projected system gets a relative ridge ``eps`` so a
+rank-deficient ``V_k`` cannot blow up (the bound above still holds with the ridge).
+
+Like every coarse-space correction, the learned one is combined with a cheap smoother
+(weighted Jacobi, ``omega = 2/3``, ``nu`` sweeps before and after: the standard
+two-level arrangement); the correction vectors are smoothed by the same Jacobi
+operator, as smoothed aggregation smooths its prolongator. One such cycle is
+:func:`cycle`; :func:`solve` iterates it (``lax.while_loop``); :func:`solve_fgmres`
+uses it as the right preconditioner of flexible GMRES (the issue's hybrid; flexible
+because the network makes the preconditioner nonlinear in its input).
+
+Training (self-supervised, progressive bootstrap)
+-------------------------------------------------
+The loss is the relative residual left by one cycle, ``|| r - A e(r) || / || r ||``
+with ``e(r) = cycle(r)`` (no solutions needed). Stage 0 trains on the right-hand
+sides; stage ``s`` runs the current solver on the training systems and adds the
+residuals of its later iterations to the data set, so the network meets the residual
+distribution the iteration actually produces (the stagnation the paper names).
+:func:`bootstrap_residuals` makes a stage's data; :func:`train` runs the stages
+through :func:`jaxsci.core.fit`.
+
+Status values (lineax style): ``SUCCESS`` (relative residual at most ``tol``),
+``MAX_STEPS`` (``maxiter`` reached), ``BREAKDOWN`` (a non-finite residual appeared;
+the iteration stops there and ``x`` is the last finite iterate).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.experimental import sparse as jsparse
+from jaxtyping import Array, Float, Int
+
+from jaxsci.core.train import TrainConfig, fit
+from jaxsci.core.validation import check_array, check_int, check_key, check_scalar
+from jaxsci.solvers.fem import check_system
+
+__all__ = [
+    "SUCCESS",
+    "MAX_STEPS",
+    "BREAKDOWN",
+    "GRANSConfig",
+    "Graph",
+    "GRANS",
+    "SolveResult",
+    "build_graph",
+    "stack_graphs",
+    "matvec",
+    "init_model",
+    "basis",
+    "galerkin_correction",
+    "jacobi",
+    "cycle",
+    "cycle_loss",
+    "solve",
+    "fgmres",
+    "solve_fgmres",
+    "bootstrap_residuals",
+    "train",
+]
+
+SUCCESS, MAX_STEPS, BREAKDOWN = 0, 1, 2
+
+
+@dataclasses.dataclass(frozen=True)
+class GRANSConfig:
+    """Architecture and cycle settings (the abstract gives no numbers; ours are small,
+    CPU-sized choices, named so a user can change them).
+
+    Attributes:
+      n_basis: correction vectors per step, ``m``.
+      hidden: channels of the message-passing network.
+      layers: message-passing layers on the fine graph.
+      levels: coarsening levels (each halves the aggregate grid per side).
+      basis_smoothing: Jacobi sweeps applied to ``V`` (smoothed aggregation's
+        prolongator smoothing).
+      pre_smooth, post_smooth: Jacobi sweeps around each correction (standard nu = 2).
+      omega: Jacobi weight (2/3, the standard choice for 2-D Laplacians).
+      ridge: relative ridge on ``V^T A V``.
+    """
+
+    n_basis: int = 8
+    hidden: int = 16
+    layers: int = 2
+    levels: int = 3
+    basis_smoothing: int = 2
+    pre_smooth: int = 2
+    post_smooth: int = 2
+    omega: float = 2.0 / 3.0
+    ridge: float = 1e-6
+
+    def validate(self) -> GRANSConfig:
+        check_int("n_basis", self.n_basis, min=1)
+        check_int("hidden", self.hidden, min=1)
+        check_int("layers", self.layers, min=0)
+        check_int("levels", self.levels, min=0)
+        check_int("basis_smoothing", self.basis_smoothing, min=0)
+        check_int("pre_smooth", self.pre_smooth, min=0)
+        check_int("post_smooth", self.post_smooth, min=0)
+        check_scalar("omega", self.omega, gt=0.0, le=1.0)
+        check_scalar("ridge", self.ridge, ge=0.0)
+        return self
+
+
+class Graph(NamedTuple):
+    """The matrix graph of ``A`` (a pytree; graphs of equal ``n`` and ``nnz`` stack).
+
+    Attributes:
+      rows, cols: edge endpoints (padding edges have ``mask = 0`` and value 0).
+      values: the matrix entries ``a_ij`` in the system's dtype (the matvec).
+      edge: ``(nnz, 2)`` float32 features ``[a_ij / sqrt(|a_ii a_jj|), [i == j]]``.
+      mask: ``(nnz,)`` 1 for real edges, 0 for padding.
+      inv_diag: ``1 / a_ii``.
+      clusters: ``(levels, n)`` aggregate index of each unknown at each level.
+    """
+
+    rows: Int[Array, " nnz"]
+    cols: Int[Array, " nnz"]
+    values: Float[Array, " nnz"]
+    edge: Float[Array, "nnz 2"]
+    mask: Float[Array, " nnz"]
+    inv_diag: Float[Array, " n"]
+    clusters: Int[Array, "levels n"]
+
+
+def build_graph(
+    matrix: jsparse.BCOO,
+    coords: Float[Array, "n 2"] | np.ndarray,
+    *,
+    levels: int = 3,
+    nnz: int | None = None,
+) -> Graph:
+    """The :class:`Graph` of ``matrix``; ``coords`` (node positions) drive the coarsening.
+
+    Level ``l`` bins the unknowns on a ``ceil(sqrt(n) / 2^l)``-per-side grid over their
+    bounding box (geometric aggregation, as multiscale mesh GNNs do). ``nnz`` pads the
+    edge list so graphs with different sparsity patterns stack for training.
+    """
+    if not isinstance(matrix, jsparse.BCOO):
+        raise TypeError(f"matrix must be a BCOO (see fem.to_bcoo), got {type(matrix).__name__}")
+    n = matrix.shape[0]
+    check_system(matrix, jnp.zeros(n, matrix.dtype))
+    coords = np.asarray(check_array("coords", coords, shape=(n, 2), dtype="floating"))
+    check_int("levels", levels, min=0)
+    idx = np.asarray(matrix.indices)
+    vals = np.asarray(matrix.data)
+    keep = vals != 0  # explicit zeros (e.g. to_bcoo padding) are not edges
+    idx, vals = idx[keep], vals[keep]
+    rows, cols = idx[:, 0].astype(np.int32), idx[:, 1].astype(np.int32)
+    diag = np.zeros(n, vals.dtype)
+    np.add.at(diag, rows[rows == cols], vals[rows == cols])
+    if np.any(diag == 0):
+        raise ValueError(
+            f"matrix must have a non-zero diagonal (Jacobi smoothing and the edge scaling "
+            f"divide by it), got {int(np.sum(diag == 0))} zero diagonal entries"
+        )
+    scale = np.sqrt(np.abs(diag))
+    feat = np.stack([vals / (scale[rows] * scale[cols]), (rows == cols).astype(vals.dtype)], 1)
+    m = len(vals)
+    if nnz is not None:
+        check_int("nnz", nnz, min=m)
+        pad = nnz - m
+        rows = np.concatenate([rows, np.zeros(pad, np.int32)])
+        cols = np.concatenate([cols, np.zeros(pad, np.int32)])
+        vals = np.concatenate([vals, np.zeros(pad, vals.dtype)])
+        feat = np.concatenate([feat, np.zeros((pad, 2), feat.dtype)])
+    mask = (np.arange(len(vals)) < m).astype(np.float32)
+    lo, hi = coords.min(0), coords.max(0)
+    unit = (coords - lo) / np.maximum(hi - lo, 1e-12)
+    side = max(1, int(np.ceil(np.sqrt(n))))
+    clusters = []
+    for level in range(1, levels + 1):
+        g = max(1, int(np.ceil(side / 2**level)))
+        cell = np.minimum((unit * g).astype(np.int64), g - 1)
+        _, inv = np.unique(cell[:, 0] * g + cell[:, 1], return_inverse=True)
+        clusters.append(inv.astype(np.int32))
+    clusters_arr = np.stack(clusters) if clusters else np.zeros((0, n), np.int32)
+    return Graph(
+        rows=jnp.asarray(rows),
+        cols=jnp.asarray(cols),
+        values=jnp.asarray(vals),
+        edge=jnp.asarray(feat, jnp.float32),
+        mask=jnp.asarray(mask),
+        inv_diag=jnp.asarray(1.0 / diag, vals.dtype),
+        clusters=jnp.asarray(clusters_arr),
+    )
+
+
+def stack_graphs(graphs: list[Graph]) -> Graph:
+    """Stack graphs of equal shapes along a leading axis (for vmapped training)."""
+    return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *graphs)
+
+
+def matvec(graph: Graph, x: Float[Array, "n ..."]) -> Float[Array, "n ..."]:
+    """``A x`` from the graph's edge list (``x`` may carry trailing columns)."""
+    n = graph.inv_diag.shape[0]
+    vals = graph.values.reshape((-1,) + (1,) * (x.ndim - 1))
+    return jax.ops.segment_sum(vals * x[graph.cols], graph.rows, num_segments=n)
+
+
+def jacobi(graph: Graph, x, b, sweeps: int, omega: float):
+    """``sweeps`` weighted-Jacobi steps ``x <- x + omega D^{-1} (b - A x)``."""
+    d = graph.inv_diag.reshape((-1,) + (1,) * (x.ndim - 1))
+
+    def body(_, x):
+        return x + omega * d * (b - matvec(graph, x))
+
+    return jax.lax.fori_loop(0, sweeps, body, x) if sweeps else x
+
+
+# --------------------------------------------------------------------------- network
+
+
+def _mlp(key, d_in, d_out, hidden, depth=1):
+    return eqx.nn.MLP(d_in, d_out, hidden, depth, activation=jax.nn.gelu, key=key)
+
+
+class GRANS(eqx.Module):
+    """The residual-aware basis generator ``Phi_theta`` (an equinox Module)."""
+
+    encoder: eqx.nn.MLP
+    edge_nets: list
+    node_nets: list
+    coarse_edge_nets: list
+    coarse_nets: list
+    decoder: eqx.nn.MLP
+    config: GRANSConfig = eqx.field(static=True)
+
+
+def init_model(key: jax.Array, config: GRANSConfig = GRANSConfig()) -> GRANS:
+    """Random initial parameters for ``config``."""
+    key = check_key("key", key)
+    if not isinstance(config, GRANSConfig):
+        raise TypeError(f"config must be a GRANSConfig, got {type(config).__name__}")
+    config.validate()
+    h, nl, nv = config.hidden, config.layers, config.levels
+    keys = iter(jax.random.split(key, 2 + 2 * nl + 2 * nv))
+    return GRANS(
+        encoder=_mlp(next(keys), 2, h, h),
+        edge_nets=[_mlp(next(keys), 2, h, h) for _ in range(nl)],
+        node_nets=[_mlp(next(keys), 2 * h, h, h) for _ in range(nl)],
+        coarse_edge_nets=[_mlp(next(keys), 2, h, h) for _ in range(nv)],
+        coarse_nets=[_mlp(next(keys), 2 * h, h, h) for _ in range(nv)],
+        decoder=_mlp(next(keys), h * (1 + nv), config.n_basis, h),
+        config=config,
+    )
+
+
+def _rms_normalise(v):
+    return v / (jnp.sqrt(jnp.mean(v * v)) + 1e-30)
+
+
+def _edge_weights(model: GRANS, graph: Graph):
+    """The residual-independent part of the network: per-edge channel weights."""
+    ew = graph.edge * graph.mask[:, None]
+    fine = [jax.vmap(net)(ew) * graph.mask[:, None] for net in model.edge_nets]
+    coarse = [jax.vmap(net)(ew) * graph.mask[:, None] for net in model.coarse_edge_nets]
+    return fine, coarse
+
+
+def basis(
+    model: GRANS, graph: Graph, r: Float[Array, " n"], weights=None
+) -> Float[Array, "n m"]:
+    """The correction vectors ``V = Phi_theta(r; A)``, Jacobi-smoothed, in ``r``'s dtype."""
+    n = r.shape[0]
+    fine_w, coarse_w = _edge_weights(model, graph) if weights is None else weights
+    r32 = jax.lax.stop_gradient(r).astype(jnp.float32)
+    z = _rms_normalise(r32 * graph.inv_diag.astype(jnp.float32))
+    feats = jnp.stack([_rms_normalise(r32), z], 1)
+    h = jax.vmap(model.encoder)(feats)
+    for w, net in zip(fine_w, model.node_nets, strict=True):
+        msg = jax.ops.segment_sum(w * h[graph.cols], graph.rows, num_segments=n)
+        h = h + jax.vmap(net)(jnp.concatenate([h, msg], 1))
+    outs = [h]
+    for lvl, (w, net) in enumerate(zip(coarse_w, model.coarse_nets, strict=True)):
+        cl = graph.clusters[lvl]
+        count = jax.ops.segment_sum(jnp.ones((n, 1), h.dtype), cl, num_segments=n)
+        hc = jax.ops.segment_sum(h, cl, num_segments=n) / jnp.maximum(count, 1.0)
+        # messages between aggregates along the fine edges that join them: a dilated
+        # aggregation whose reach doubles with every level
+        msg = jax.ops.segment_sum(w * hc[cl[graph.cols]], cl[graph.rows], num_segments=n)
+        msg = msg / jnp.maximum(count, 1.0)
+        hc = hc + jax.vmap(net)(jnp.concatenate([hc, msg], 1))
+        outs.append(hc[cl])
+    v = jax.vmap(model.decoder)(jnp.concatenate(outs, 1)).astype(r.dtype)
+    zero = jnp.zeros_like(v)
+    cfg = model.config
+    # V <- (I - omega D^{-1} A)^s V: smooths the piecewise-constant coarse components
+    return jacobi(graph, v, zero, cfg.basis_smoothing, cfg.omega) if cfg.basis_smoothing else v
+
+
+def galerkin_correction(
+    apply_a: Callable[[Array], Array], v: Float[Array, "n m"], r: Float[Array, " n"],
+    ridge: float = 1e-6,
+) -> Float[Array, " n"]:
+    """The projected update ``V c`` with ``(V^T A V + eps I) c = V^T r`` (``V`` orthonormalised).
+
+    ``apply_a`` maps an ``(n, m)`` block to ``A`` times it. ``eps`` is ``ridge`` times
+    the mean diagonal of ``V^T A V``.
+    """
+    q, _ = jnp.linalg.qr(v)
+    aq = apply_a(q)
+    g = q.T @ aq
+    eps = ridge * jnp.abs(jnp.trace(g)) / g.shape[0]
+    c = jnp.linalg.solve(g + eps * jnp.eye(g.shape[0], dtype=g.dtype), q.T @ r)
+    return q @ c
+
+
+def cycle(model: GRANS, graph: Graph, r: Float[Array, " n"], weights=None) -> Float[Array, " n"]:
+    """One G-RANS cycle for ``A e = r`` from ``e = 0``: pre-smooth, correct, post-smooth."""
+    cfg = model.config
+    e = jacobi(graph, jnp.zeros_like(r), r, cfg.pre_smooth, cfg.omega)
+    res = r - matvec(graph, e)
+    v = basis(model, graph, res, weights)
+    e = e + galerkin_correction(lambda q: matvec(graph, q), v, res, cfg.ridge)
+    return jacobi(graph, e, r, cfg.post_smooth, cfg.omega)
+
+
+def cycle_loss(model: GRANS, graph: Graph, r: Float[Array, " n"]) -> Float[Array, ""]:
+    """Self-supervised loss: relative residual ``||r - A cycle(r)|| / ||r||``."""
+    e = cycle(model, graph, r)
+    return jnp.linalg.norm(r - matvec(graph, e)) / jnp.linalg.norm(r)
+
+
+# --------------------------------------------------------------------------- solvers
+
+
+class SolveResult(NamedTuple):
+    """Result of a solve.
+
+    Attributes:
+      x: the last iterate.
+      iterations: iterations taken (cycles for :func:`solve`, preconditioned Krylov
+        steps for :func:`solve_fgmres`).
+      residuals: relative residual norms ``||b - A x_k|| / ||b||``, entry ``k`` after
+        ``k`` iterations (for FGMRES the Givens estimate inside a restart cycle and the
+        recomputed true residual at each restart); NaN past ``iterations`` (unused
+        slots, not results).
+      status: ``SUCCESS``, ``MAX_STEPS`` or ``BREAKDOWN``.
+    """
+
+    x: Float[Array, " n"]
+    iterations: Int[Array, ""]
+    residuals: Float[Array, " k"]
+    status: Int[Array, ""]
+
+
+def _check_solve_args(model, graph, b, x0, tol, maxiter):
+    if not isinstance(model, GRANS):
+        raise TypeError(f"model must be a GRANS (see init_model), got {type(model).__name__}")
+    if not isinstance(graph, Graph):
+        raise TypeError(f"graph must be a Graph (see build_graph), got {type(graph).__name__}")
+    n = graph.inv_diag.shape[0]
+    check_array("b", b, shape=(n,), dtype="floating")
+    if x0 is not None:
+        check_array("x0", x0, shape=(n,), dtype="floating")
+    check_scalar("tol", tol, gt=0.0)
+    check_int("maxiter", maxiter, min=1)
+
+
+def solve(
+    model: GRANS,
+    graph: Graph,
+    b: Float[Array, " n"],
+    x0: Float[Array, " n"] | None = None,
+    *,
+    tol: float = 1e-5,
+    maxiter: int = 200,
+) -> SolveResult:
+    """Iterate ``x <- x + cycle(b - A x)`` until ``||b - A x|| <= tol ||b||`` (a jittable
+    ``lax.while_loop``; the residual is recomputed from ``x`` every iteration)."""
+    _check_solve_args(model, graph, b, x0, tol, maxiter)
+    return _solve(model, graph, b, x0, tol, maxiter)
+
+
+@eqx.filter_jit
+def _solve(model, graph, b, x0, tol, maxiter):
+    x = jnp.zeros_like(b) if x0 is None else x0.astype(b.dtype)
+    weights = _edge_weights(model, graph)
+    bnorm = jnp.linalg.norm(b)
+    bnorm = jnp.where(bnorm > 0, bnorm, 1.0)
+    r = b - matvec(graph, x)
+    rel = jnp.linalg.norm(r) / bnorm
+    hist = jnp.full((maxiter + 1,), jnp.nan, b.dtype).at[0].set(rel)
+
+    def cond(s):
+        _, _, k, rel, _ = s
+        return (k < maxiter) & (rel > tol) & jnp.isfinite(rel)
+
+    def body(s):
+        x, r, k, _, hist = s
+        x_new = x + cycle(model, graph, r, weights)
+        r_new = b - matvec(graph, x_new)
+        rel = jnp.linalg.norm(r_new) / bnorm
+        ok = jnp.isfinite(rel)
+        # keep the last finite iterate on breakdown
+        x_new = jnp.where(ok, x_new, x)
+        r_new = jnp.where(ok, r_new, r)
+        return x_new, r_new, k + 1, rel, hist.at[k + 1].set(rel)
+
+    x, r, k, rel, hist = jax.lax.while_loop(cond, body, (x, r, jnp.asarray(0), rel, hist))
+    status = jnp.where(
+        ~jnp.isfinite(rel), BREAKDOWN, jnp.where(rel <= tol, SUCCESS, MAX_STEPS)
+    )
+    return SolveResult(x, k, hist, status)
+
+
+def fgmres(
+    apply_a: Callable[[Array], Array],
+    b: Float[Array, " n"],
+    precond: Callable[[Array], Array] | None = None,
+    x0: Float[Array, " n"] | None = None,
+    *,
+    tol: float = 1e-5,
+    restart: int = 20,
+    maxiter: int = 200,
+) -> SolveResult:
+    """Right-preconditioned flexible GMRES(``restart``) (Saad 1993), jittable.
+
+    The preconditioned directions ``z_j = precond(v_j)`` are stored, so ``precond`` may
+    change from step to step (nonlinear, as a network is). Givens rotations track the
+    residual estimate; at each restart the true residual ``b - A x`` is recomputed
+    and decides convergence. ``iterations`` counts Arnoldi steps (one matvec and one
+    preconditioner application each).
+    """
+    precond = (lambda v: v) if precond is None else precond
+    dtype = b.dtype
+    n = b.shape[0]
+    m = restart
+    x = jnp.zeros_like(b) if x0 is None else x0.astype(dtype)
+    bnorm = jnp.linalg.norm(b)
+    bnorm = jnp.where(bnorm > 0, bnorm, 1.0)
+    r = b - apply_a(x)
+    rel0 = jnp.linalg.norm(r) / bnorm
+    hist = jnp.full((maxiter + 1,), jnp.nan, dtype).at[0].set(rel0)
+
+    def arnoldi(x, r, k0, hist):
+        beta = jnp.linalg.norm(r)
+        vs = jnp.zeros((m + 1, n), dtype).at[0].set(r / beta)
+        zs = jnp.zeros((m, n), dtype)
+        h = jnp.zeros((m + 1, m), dtype)
+        cs = jnp.zeros((m,), dtype)
+        sn = jnp.zeros((m,), dtype)
+        g = jnp.zeros((m + 1,), dtype).at[0].set(beta)
+
+        def cond(s):
+            j, *_, g, est, k, _ = s
+            return (j < m) & (est > tol) & (k < maxiter) & jnp.isfinite(est)
+
+        def body(s):
+            j, vs, zs, h, cs, sn, g, _, k, hist = s
+            z = precond(vs[j])
+            w = apply_a(z)
+
+            def mgs(i, carry):
+                w, hcol = carry
+                hij = jnp.where(i <= j, jnp.vdot(vs[i], w), 0.0)
+                return w - hij * vs[i], hcol.at[i].set(hij)
+
+            w, hcol = jax.lax.fori_loop(0, m, mgs, (w, jnp.zeros((m + 1,), dtype)))
+            hnext = jnp.linalg.norm(w)
+            hcol = hcol.at[j + 1].set(hnext)
+            vs = vs.at[j + 1].set(w / jnp.where(hnext > 0, hnext, 1.0))
+
+            def rot(i, hcol):
+                a, bb = hcol[i], hcol[i + 1]
+                new_a = cs[i] * a + sn[i] * bb
+                new_b = -sn[i] * a + cs[i] * bb
+                keep = i < j
+                return hcol.at[i].set(jnp.where(keep, new_a, a)).at[i + 1].set(
+                    jnp.where(keep, new_b, bb)
+                )
+
+            hcol = jax.lax.fori_loop(0, m, rot, hcol)
+            a, bb = hcol[j], hcol[j + 1]
+            den = jnp.sqrt(a * a + bb * bb)
+            den = jnp.where(den > 0, den, 1.0)
+            c, s_ = a / den, bb / den
+            hcol = hcol.at[j].set(c * a + s_ * bb).at[j + 1].set(0.0)
+            cs, sn = cs.at[j].set(c), sn.at[j].set(s_)
+            gj = g[j]
+            g = g.at[j].set(c * gj).at[j + 1].set(-s_ * gj)
+            h = h.at[:, j].set(hcol)
+            zs = zs.at[j].set(z)
+            est = jnp.abs(g[j + 1]) / bnorm
+            return j + 1, vs, zs, h, cs, sn, g, est, k + 1, hist.at[k + 1].set(est)
+
+        init = (0, vs, zs, h, cs, sn, g, beta / bnorm, k0, hist)
+        j, vs, zs, h, cs, sn, g, est, k, hist = jax.lax.while_loop(cond, body, init)
+        idx = jnp.arange(m)
+        used = idx < j
+        rmat = jnp.where(used[:, None] & used[None, :], h[:m, :m], 0.0) + jnp.diag(
+            jnp.where(used, 0.0, 1.0)
+        )
+        y = jax.scipy.linalg.solve_triangular(rmat, jnp.where(used, g[:m], 0.0), lower=False)
+        x = x + zs.T @ y
+        r = b - apply_a(x)
+        rel = jnp.linalg.norm(r) / bnorm
+        # Givens estimates inside a cycle; the true residual at each restart
+        hist = hist.at[k].set(rel)
+        return x, r, k, hist, rel
+
+    def cond(s):
+        _, _, k, _, rel = s
+        return (k < maxiter) & (rel > tol) & jnp.isfinite(rel)
+
+    def body(s):
+        x, r, k, hist, _ = s
+        return arnoldi(x, r, k, hist)
+
+    x, r, k, hist, rel = jax.lax.while_loop(cond, body, (x, r, jnp.asarray(0), hist, rel0))
+    status = jnp.where(
+        ~jnp.isfinite(rel), BREAKDOWN, jnp.where(rel <= tol, SUCCESS, MAX_STEPS)
+    )
+    return SolveResult(x, k, hist, status)
+
+
+def solve_fgmres(
+    model: GRANS,
+    graph: Graph,
+    b: Float[Array, " n"],
+    x0: Float[Array, " n"] | None = None,
+    *,
+    tol: float = 1e-5,
+    restart: int = 20,
+    maxiter: int = 200,
+) -> SolveResult:
+    """Flexible GMRES with one G-RANS :func:`cycle` as the right preconditioner."""
+    _check_solve_args(model, graph, b, x0, tol, maxiter)
+    check_int("restart", restart, min=1)
+    return _solve_fgmres(model, graph, b, x0, tol, restart, maxiter)
+
+
+@eqx.filter_jit
+def _solve_fgmres(model, graph, b, x0, tol, restart, maxiter):
+    weights = _edge_weights(model, graph)
+    return fgmres(
+        lambda v: matvec(graph, v),
+        b,
+        lambda v: cycle(model, graph, v, weights),
+        x0,
+        tol=tol,
+        restart=restart,
+        maxiter=maxiter,
+    )
+
+
+# --------------------------------------------------------------------------- training
+
+
+@eqx.filter_jit
+def _rollout(model, graph, b, steps):
+    def body(x, _):
+        r = b - matvec(graph, x)
+        x = x + cycle(model, graph, r)
+        return x, r
+
+    _, rs = jax.lax.scan(body, jnp.zeros_like(b), None, length=steps)
+    return rs
+
+
+def bootstrap_residuals(
+    model: GRANS, graphs: Graph, rhs: Float[Array, "p n"], start: int, stop: int
+) -> tuple[Float[Array, "q n"], Int[Array, " q"]]:
+    """Residuals ``r_k`` of the current solver at iterations ``start <= k < stop`` on every
+    training system (``graphs`` stacked), each scaled to unit norm, and the index of the
+    system each belongs to: the data of a bootstrap stage. Residuals that are zero or
+    not finite are dropped."""
+    check_int("start", start, min=0)
+    check_int("stop", stop, min=start + 1)
+    rs = jax.vmap(lambda g, b: _rollout(model, g, b, stop))(graphs, rhs)[:, start:]
+    owner = jnp.repeat(jnp.arange(rs.shape[0]), rs.shape[1])
+    rs = rs.reshape(-1, rs.shape[-1])
+    norms = jnp.linalg.norm(rs, axis=1, keepdims=True)
+    keep = np.asarray(jnp.isfinite(norms[:, 0]) & (norms[:, 0] > 0))
+    return (rs / jnp.where(norms > 0, norms, 1.0))[keep], owner[keep]
+
+
+def train(
+    model: GRANS,
+    graphs: Graph,
+    rhs: Float[Array, "p n"],
+    key: jax.Array,
+    *,
+    stages: int = 3,
+    steps_per_stage: int = 200,
+    iters_per_stage: int = 4,
+    batch_size: int = 8,
+    learning_rate: float = 1e-3,
+    progress: bool = False,
+) -> tuple[GRANS, np.ndarray]:
+    """Progressive-bootstrap self-supervised training (:func:`cycle_loss`).
+
+    Stage 0 trains on the right-hand sides ``rhs`` (the residuals at ``x_0 = 0``);
+    stage ``s >= 1`` adds the residuals of iterations ``(s-1) T + 1 .. s T`` of the
+    current solver (``T = iters_per_stage``) and trains on the union. Each stage is one
+    :func:`jaxsci.core.fit` call continuing the same Adam state. Returns the model and
+    the loss history of all steps.
+    """
+    if not isinstance(model, GRANS):
+        raise TypeError(f"model must be a GRANS, got {type(model).__name__}")
+    key = check_key("key", key)
+    check_int("stages", stages, min=1)
+    check_int("steps_per_stage", steps_per_stage, min=1)
+    check_int("iters_per_stage", iters_per_stage, min=1)
+    check_int("batch_size", batch_size, min=1)
+    check_scalar("learning_rate", learning_rate, gt=0.0)
+    p = rhs.shape[0]
+    check_array("rhs", rhs, ndim=2, dtype="floating")
+    if graphs.inv_diag.shape != rhs.shape:
+        raise ValueError(
+            f"rhs must have shape {graphs.inv_diag.shape} (one row per stacked graph), "
+            f"got {rhs.shape}"
+        )
+    data = rhs / jnp.linalg.norm(rhs, axis=1, keepdims=True)
+    owner = jnp.arange(p)
+    optimizer = optax.adam(learning_rate)
+    state, history = None, []
+    for stage in range(stages):
+        if stage > 0:
+            lo = (stage - 1) * iters_per_stage + 1
+            new, new_owner = bootstrap_residuals(
+                state.params, graphs, rhs, lo, lo + iters_per_stage
+            )
+            data = jnp.concatenate([data, new.astype(data.dtype)])
+            owner = jnp.concatenate([owner, new_owner])
+        d, o = data, owner
+
+        def batch_fn(step, k, d=d, o=o):
+            idx = jax.random.randint(k, (batch_size,), 0, d.shape[0])
+            return o[idx], d[idx]
+
+        def loss_fn(m, batch, k):
+            own, rs = batch
+            g = jax.tree_util.tree_map(lambda a: a[own], graphs)
+            return jnp.mean(jax.vmap(lambda gi, ri: cycle_loss(m, gi, ri))(g, rs))
+
+        cfg = TrainConfig(steps=(stage + 1) * steps_per_stage, progress=progress,
+                          log_every=max(1, steps_per_stage // 4))
+        state, losses = fit(
+            loss_fn,
+            model if state is None else state.params,
+            optimizer,
+            jax.random.fold_in(key, stage),
+            cfg,
+            batch_fn=batch_fn,
+            state=state,
+        )
+        history.append(np.asarray(losses))
+    return state.params, np.concatenate(history)

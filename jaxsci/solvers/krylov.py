@@ -1,0 +1,176 @@
+"""Baselines for sparse systems at one stopping rule: ``||b - A x||_2 <= tol ||b||_2``.
+
+Thin wrappers so every peer runs to the same relative residual from ``x_0 = 0``:
+
+* ``jax_cg``, ``jax_gmres``: ``jax.scipy.sparse.linalg`` (GMRES restart 20). JAX does
+  not expose their iteration counts (``iterations = -1``).
+* ``lineax_cg``, ``lineax_gmres``, ``lineax_bicgstab``: lineax, with its tolerance set
+  to the same 2-norm rule (``rtol = 0``, ``atol = tol ||b||_2``, 2-norm).
+* ``scipy_cg``, ``scipy_gmres``, ``scipy_bicgstab``: ``scipy.sparse.linalg`` (GMRES
+  restart 20; iterations counted by callback, inner steps for GMRES).
+* ``amg``, ``amg_pcg``: pyamg smoothed aggregation as a stand-alone V-cycle solver and as
+  the preconditioner of CG (of GMRES for non-symmetric matrices, where CG does not apply).
+
+CG variants apply only to symmetric matrices (:func:`applies`). The wrappers return the
+iterate; :func:`relative_residual` recomputes the residual in float64 so the stopping
+rule is checked the same way for every solver. pyamg is imported lazily (it is a
+benchmark dependency, not a core one).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import lineax as lx
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+from jax.experimental import sparse as jsparse
+from lineax._norm import two_norm  # lineax 0.1.1 does not re-export its norms
+
+from jaxsci.core.validation import check_array, check_choice, check_int, check_scalar
+
+__all__ = [
+    "JAX_SOLVERS",
+    "HOST_SOLVERS",
+    "SOLVERS",
+    "KrylovResult",
+    "applies",
+    "jax_solver",
+    "host_solver",
+    "amg_hierarchy",
+    "relative_residual",
+]
+
+JAX_SOLVERS = ("jax_cg", "jax_gmres", "lineax_cg", "lineax_gmres", "lineax_bicgstab")
+HOST_SOLVERS = ("scipy_cg", "scipy_gmres", "scipy_bicgstab", "amg", "amg_pcg")
+SOLVERS = JAX_SOLVERS + HOST_SOLVERS
+_CG = ("jax_cg", "lineax_cg", "scipy_cg")
+GMRES_RESTART = 20  # scipy's and JAX's default restart length
+
+
+class KrylovResult(NamedTuple):
+    """``x``; ``iterations`` (-1 where the library does not report it); ``ok`` is the
+    library's own success flag (the caller rechecks with :func:`relative_residual`);
+    ``residuals``: relative residual history where the library gives one (else empty)."""
+
+    x: np.ndarray | jax.Array
+    iterations: int | jax.Array
+    ok: bool | jax.Array
+    residuals: np.ndarray
+
+
+def applies(name: str, symmetric: bool) -> bool:
+    """Whether solver ``name`` applies to a (non-)symmetric matrix."""
+    check_choice("name", name, SOLVERS)
+    return symmetric or name not in _CG
+
+
+def relative_residual(matrix: sp.spmatrix, rhs: np.ndarray, x) -> float:
+    """``||b - A x||_2 / ||b||_2`` in float64."""
+    x = np.asarray(x, np.float64)
+    b = np.asarray(rhs, np.float64)
+    return float(np.linalg.norm(b - matrix @ x) / np.linalg.norm(b))
+
+
+def jax_solver(name: str, matrix: jsparse.BCOO, *, tol: float = 1e-5, maxiter: int = 10_000):
+    """A jitted ``solve(b) -> KrylovResult`` for the JAX solver ``name`` on ``matrix``."""
+    check_choice("name", name, JAX_SOLVERS)
+    check_scalar("tol", tol, gt=0.0)
+    check_int("maxiter", maxiter, min=1)
+    if not isinstance(matrix, jsparse.BCOO):
+        raise TypeError(f"matrix must be a BCOO, got {type(matrix).__name__}")
+    n = matrix.shape[0]
+    mv = lambda v: matrix @ v  # noqa: E731
+    empty = np.zeros((0,))
+
+    if name == "jax_cg":
+
+        def solve(b):
+            x, _ = jax.scipy.sparse.linalg.cg(mv, b, tol=tol, atol=0.0, maxiter=maxiter)
+            return KrylovResult(x, -1, True, empty)
+
+    elif name == "jax_gmres":
+
+        def solve(b):
+            x, _ = jax.scipy.sparse.linalg.gmres(
+                mv, b, tol=tol, atol=0.0, restart=GMRES_RESTART, maxiter=maxiter
+            )
+            return KrylovResult(x, -1, True, empty)
+
+    else:
+        struct = jax.ShapeDtypeStruct((n,), matrix.dtype)
+        tags = lx.positive_semidefinite_tag if name == "lineax_cg" else ()
+        op = lx.FunctionLinearOperator(mv, struct, tags=tags)
+
+        def solve(b):
+            atol = tol * jnp.linalg.norm(b)
+            kw = dict(rtol=0.0, atol=atol, norm=two_norm, max_steps=maxiter)
+            if name == "lineax_cg":
+                solver = lx.CG(**kw)
+            elif name == "lineax_gmres":
+                solver = lx.GMRES(**kw, restart=GMRES_RESTART)
+            else:
+                solver = lx.BiCGStab(**kw)
+            sol = lx.linear_solve(op, b, solver, throw=False)
+            return KrylovResult(
+                sol.value, sol.stats["num_steps"], sol.result == lx.RESULTS.successful, empty
+            )
+
+    return jax.jit(solve)
+
+
+def amg_hierarchy(matrix: sp.spmatrix, symmetric: bool = True):
+    """pyamg's smoothed-aggregation hierarchy with its defaults (``symmetry='nonsymmetric'``
+    for non-symmetric matrices)."""
+    import pyamg
+
+    return pyamg.smoothed_aggregation_solver(
+        sp.csr_matrix(matrix), symmetry="hermitian" if symmetric else "nonsymmetric"
+    )
+
+
+def host_solver(
+    name: str,
+    matrix: sp.spmatrix,
+    rhs: np.ndarray,
+    *,
+    tol: float = 1e-5,
+    maxiter: int = 10_000,
+    symmetric: bool = True,
+    hierarchy=None,
+) -> KrylovResult:
+    """Solve with the scipy/pyamg solver ``name`` (``hierarchy``: a prebuilt pyamg solver)."""
+    check_choice("name", name, HOST_SOLVERS)
+    check_scalar("tol", tol, gt=0.0)
+    check_int("maxiter", maxiter, min=1)
+    if not sp.issparse(matrix):
+        raise TypeError(f"matrix must be a scipy.sparse matrix, got {type(matrix).__name__}")
+    if matrix.shape[0] != matrix.shape[1]:
+        raise ValueError(f"matrix must be square, got shape {matrix.shape}")
+    check_array("rhs", rhs, shape=(matrix.shape[0],), dtype="floating")
+    a = sp.csr_matrix(matrix)
+    b = np.asarray(rhs, np.float64)
+    bnorm = np.linalg.norm(b)
+    hist: list[float] = []
+    if name.startswith("scipy"):
+        if name == "scipy_gmres":
+            x, info = spla.gmres(
+                a, b, rtol=tol, atol=0.0, restart=GMRES_RESTART, maxiter=maxiter,
+                callback=lambda pr: hist.append(float(pr)), callback_type="pr_norm",
+            )
+        else:
+            fn = spla.cg if name == "scipy_cg" else spla.bicgstab
+            x, info = fn(
+                a, b, rtol=tol, atol=0.0, maxiter=maxiter,
+                callback=lambda xk: hist.append(0.0),
+            )
+        return KrylovResult(x, len(hist), info == 0, np.asarray(hist))
+    ml = hierarchy if hierarchy is not None else amg_hierarchy(a, symmetric)
+    accel = None if name == "amg" else ("cg" if symmetric else "gmres")
+    res: list[float] = []
+    x = ml.solve(b, tol=tol, maxiter=maxiter, accel=accel, residuals=res)
+    rel = np.asarray(res) / bnorm
+    return KrylovResult(x, max(len(res) - 1, 0), bool(rel[-1] <= tol), rel)

@@ -1,0 +1,158 @@
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from jaxsci.solvers import fem, krylov
+from jaxsci.solvers import grans as gr
+
+CFG = gr.GRANSConfig(hidden=8, layers=1, levels=2)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    probs = [fem.assemble(jax.random.key(i), "poisson", size=9) for i in range(3)]
+    nnz = max(p.matrix.nnz for p in probs)
+    graphs = gr.stack_graphs(
+        [gr.build_graph(fem.to_bcoo(p.matrix), p.coords, levels=CFG.levels, nnz=nnz)
+         for p in probs]
+    )
+    rhs = jnp.stack([jnp.asarray(p.rhs, jnp.float32) for p in probs])
+    model0 = gr.init_model(jax.random.key(0), CFG)
+    model, losses = gr.train(model0, graphs, rhs, jax.random.key(1), stages=2,
+                             steps_per_stage=15, iters_per_stage=2, batch_size=3,
+                             learning_rate=3e-3)
+    return model0, model, losses
+
+
+@pytest.fixture(scope="module")
+def heldout():
+    p = fem.assemble(jax.random.key(99), "poisson", size=13)
+    return p
+
+
+def test_training_lowers_the_self_supervised_loss(trained):
+    _, _, losses = trained
+    assert np.all(np.isfinite(losses))
+    assert losses[-5:].mean() < losses[:5].mean()
+
+
+def test_galerkin_step_never_increases_a_norm_error():
+    # For SPD A the projected update minimises the A-norm error over x + span(V),
+    # whatever V is: check against random and adversarial bases.
+    with jax.enable_x64(True):
+        p = fem.assemble(jax.random.key(2), "reaction_diffusion", size=9)
+        a = jnp.asarray(p.matrix.toarray())
+        xstar = jnp.linalg.solve(a, jnp.asarray(p.rhs))
+        rng = np.random.default_rng(0)
+        for trial in range(20):
+            x = jnp.asarray(rng.standard_normal(p.n))
+            r = jnp.asarray(p.rhs) - a @ x
+            v = jnp.asarray(rng.standard_normal((p.n, 1 + trial % 6)))
+            dx = gr.galerkin_correction(lambda q: a @ q, v, r, ridge=1e-6)
+            e0, e1 = xstar - x, xstar - x - dx
+            assert float(e1 @ a @ e1) <= float(e0 @ a @ e0) * (1 + 1e-12)
+        # V containing the error itself: one step solves exactly
+        dx = gr.galerkin_correction(lambda q: a @ q, (xstar - x)[:, None], r, ridge=0.0)
+        np.testing.assert_allclose(np.asarray(x + dx), np.asarray(xstar), rtol=1e-8, atol=1e-10)
+
+
+def test_trained_solver_reaches_tolerance_on_heldout_problem(trained, heldout):
+    _, model, _ = trained
+    p = heldout
+    with jax.enable_x64(True):
+        a = fem.to_bcoo(p.matrix, jnp.float64)
+        g = gr.build_graph(a, p.coords, levels=CFG.levels)
+        b = jnp.asarray(p.rhs)
+        for res in (gr.solve(model, g, b, tol=1e-5, maxiter=200),
+                    gr.solve_fgmres(model, g, b, tol=1e-5, restart=10, maxiter=200)):
+            assert int(res.status) == gr.SUCCESS
+            assert krylov.relative_residual(p.matrix, p.rhs, res.x) <= 1e-5
+            k = int(res.iterations)
+            h = np.asarray(res.residuals)
+            assert np.all(np.isfinite(h[: k + 1])) and np.all(np.isnan(h[k + 1 :]))
+
+
+def test_jit_equals_eager_and_status_on_max_steps(trained, heldout):
+    _, model, _ = trained
+    p = heldout
+    with jax.enable_x64(True):
+        a = fem.to_bcoo(p.matrix, jnp.float64)
+        g = gr.build_graph(a, p.coords, levels=CFG.levels)
+        b = jnp.asarray(p.rhs)
+        res = gr.solve(model, g, b, tol=1e-12, maxiter=3)
+        assert int(res.status) == gr.MAX_STEPS and int(res.iterations) == 3
+        # the same three cycles by hand, eagerly
+        with jax.disable_jit():
+            x = jnp.zeros_like(b)
+            for _ in range(3):
+                x = x + gr.cycle(model, g, b - gr.matvec(g, x))
+        # the network runs in float32, so compare in norm at float32 precision
+        diff = np.linalg.norm(np.asarray(res.x) - np.asarray(x)) / np.linalg.norm(np.asarray(x))
+        assert diff < 1e-5
+
+
+def test_breakdown_is_reported_not_silent(trained):
+    _, model, _ = trained
+    # A non-symmetric matrix with a tiny positive diagonal: Jacobi blows up. The solver
+    # must stop with BREAKDOWN and return a finite iterate, not NaN.
+    with jax.enable_x64(True):
+        n = 16
+        m = sp.diags([1e-3 * np.ones(n), 5.0 * np.ones(n - 1), -5.0 * np.ones(n - 1)],
+                     [0, 1, -1], format="csr")
+        coords = np.stack([np.arange(n) / n, np.zeros(n)], 1)
+        g = gr.build_graph(fem.to_bcoo(m, jnp.float64), coords, levels=CFG.levels)
+        res = gr.solve(model, g, jnp.ones(n), tol=1e-5, maxiter=400)
+        assert int(res.status) in (gr.BREAKDOWN, gr.MAX_STEPS)
+        if int(res.status) == gr.BREAKDOWN:
+            assert np.all(np.isfinite(np.asarray(res.x)))
+
+
+def test_fgmres_without_preconditioner_matches_gmres_solution():
+    with jax.enable_x64(True):
+        p = fem.assemble(jax.random.key(4), "advection_diffusion", size=9)
+        a = fem.to_bcoo(p.matrix, jnp.float64)
+        res = gr.fgmres(lambda v: a @ v, jnp.asarray(p.rhs), tol=1e-10, restart=15,
+                        maxiter=500)
+        assert int(res.status) == gr.SUCCESS
+        exact = sp.linalg.spsolve(p.matrix.tocsc(), p.rhs)
+        np.testing.assert_allclose(np.asarray(res.x), exact, rtol=1e-7, atol=1e-12)
+
+
+def test_model_is_deterministic_under_key():
+    a = gr.init_model(jax.random.key(7), CFG)
+    b = gr.init_model(jax.random.key(7), CFG)
+    la, lb = jax.tree_util.tree_leaves(eqx.filter(a, eqx.is_array)), jax.tree_util.tree_leaves(
+        eqx.filter(b, eqx.is_array))
+    assert all(np.array_equal(x, y) for x, y in zip(la, lb, strict=True))
+
+
+def test_bad_input_errors(trained, heldout):
+    _, model, _ = trained
+    p = heldout
+    a = fem.to_bcoo(p.matrix)
+    g = gr.build_graph(a, p.coords, levels=CFG.levels)
+    with pytest.raises(ValueError, match="b must have shape"):
+        gr.solve(model, g, jnp.ones(p.n + 1))
+    with pytest.raises(ValueError, match="b must be finite"):
+        gr.solve(model, g, jnp.full(p.n, jnp.nan))
+    with pytest.raises(ValueError, match="matrix must be square"):
+        gr.build_graph(_rect(), np.zeros((4, 2)))
+    bad = fem.to_bcoo(p.matrix)
+    bad = type(bad)((bad.data.at[0].set(jnp.nan), bad.indices), shape=bad.shape)
+    with pytest.raises(ValueError, match="matrix.data must be finite"):
+        gr.build_graph(bad, p.coords)
+    with pytest.raises(ValueError, match="coords must have shape"):
+        gr.build_graph(a, p.coords[:-1])
+    with pytest.raises(TypeError, match="graph must be a Graph"):
+        gr.solve(model, a, jnp.asarray(p.rhs, jnp.float32))
+    with pytest.raises(ValueError, match="tol"):
+        gr.solve(model, g, jnp.asarray(p.rhs, jnp.float32), tol=-1.0)
+
+
+def _rect():
+    from jax.experimental import sparse as jsparse
+
+    return jsparse.BCOO.fromdense(jnp.ones((4, 5)))

@@ -78,8 +78,11 @@ class Report:
 
     def add_figure(self, fig, filename: str, caption: str = "") -> Path:
         """Save a matplotlib figure as PNG into the output folder and reference it."""
+        import matplotlib.pyplot as plt
+
         path = self.out_dir / filename
         fig.savefig(path, dpi=120, bbox_inches="tight")
+        plt.close(fig)  # sweeps make many figures; pyplot would keep every one alive
         self.figures.append(path)
         self.sections.append(f"![{caption or filename}]({filename})\n\n{caption}\n")
         return path

@@ -6,6 +6,7 @@ environment variables), so caching them cuts the suite's time without changing
 any result (a cached executable is the same compiled program).
 """
 
+import json
 import os
 from pathlib import Path
 
@@ -15,6 +16,7 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
 jax.config.update(
@@ -25,3 +27,19 @@ jax.config.update(
     "jax_persistent_cache_min_entry_size_bytes",
     int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]),
 )
+
+
+
+@pytest.fixture(scope="session")
+def run_experiment(tmp_path_factory):
+    """``run_experiment(module, size)``: run that config into a fresh folder.
+
+    Returns ``(folder, metrics)``; shared by the experiment tests' smoke fixtures.
+    """
+
+    def run(module, size):
+        out = tmp_path_factory.mktemp(f"{module.__name__.rsplit('.', 1)[-1]}_{size}")
+        module.run(module.CONFIGS[size], out, progress=False)
+        return out, json.loads((out / "metrics.json").read_text())
+
+    return run

@@ -8,10 +8,8 @@ from jaxsci.experiments import bioflow as exp
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bioflow_smoke")
-    exp.run(exp.CONFIGS["smoke"], out, progress=False)
-    return out, json.loads((out / "metrics.json").read_text())
+def smoke(run_experiment):
+    return run_experiment(exp, "smoke")
 
 
 def test_smoke_writes_every_metric_finite(smoke):

@@ -7,10 +7,8 @@ from jaxsci.experiments import flowsmc as exp
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    out = tmp_path_factory.mktemp("flowsmc_smoke")
-    exp.run(exp.CONFIGS["smoke"], out, progress=False)
-    return out, json.loads((out / "metrics.json").read_text())
+def smoke(run_experiment):
+    return run_experiment(exp, "smoke")
 
 
 def test_smoke_writes_every_metric_finite(smoke):

@@ -13,10 +13,8 @@ def _finite(v):
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    out = tmp_path_factory.mktemp("hopfield_smoke")
-    exp.run(exp.CONFIGS["smoke"], out, progress=False)
-    return out, json.loads((out / "metrics.json").read_text())
+def smoke(run_experiment):
+    return run_experiment(exp, "smoke")
 
 
 def test_smoke_writes_every_metric_finite(smoke):

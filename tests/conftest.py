@@ -10,8 +10,12 @@ import json
 import os
 from pathlib import Path
 
-_CACHE = Path(__file__).resolve().parents[1] / ".jax_cache"
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(_CACHE))
+# One cache folder per pytest-xdist worker, so two processes never write the same
+# entry (the workers inherit the controller's environment, so set it, not setdefault).
+_ROOT = Path(__file__).resolve().parents[1]
+_CACHE = Path(os.environ.get("JAXSCI_TEST_JAX_CACHE", _ROOT / ".jax_cache"))
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
+os.environ["JAX_COMPILATION_CACHE_DIR"] = str(_CACHE / _WORKER)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 

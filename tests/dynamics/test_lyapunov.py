@@ -1,0 +1,361 @@
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxsci.dynamics import lyapunov as ly
+from jaxsci.dynamics.lyapunov import bounds as bd
+from jaxsci.dynamics.lyapunov import certificates as ct
+from jaxsci.dynamics.lyapunov import systems as sysm
+from jaxsci.dynamics.lyapunov import train as tr
+from jaxsci.dynamics.lyapunov import verify as vf
+
+# --------------------------------------------------------------------------- bounds
+
+ACTS = (bd.IDENTITY, bd.RELU, bd.SQUARE, bd.TANH, bd.SIN, bd.ABS)
+WIDTHS = (4, 8, 8, 3)
+FAST = {"xla_backend_optimization_level": 0}  # compile time dominates these tiny programs
+
+
+def _random_program(key, acts_pool=ACTS):
+    """A 3-layer program with a fixed activation pattern and random weights."""
+    rng = np.random.default_rng(0)
+    layers = []
+    ks = jax.random.split(key, 2 * len(WIDTHS))
+    for i in range(1, len(WIDTHS)):
+        W = jax.random.normal(ks[2 * i], (WIDTHS[i], WIDTHS[i - 1])) / np.sqrt(WIDTHS[i - 1])
+        b = 0.3 * jax.random.normal(ks[2 * i + 1], (WIDTHS[i],))
+        last = i == len(WIDTHS) - 1
+        act = (bd.IDENTITY,) * WIDTHS[i] if last else tuple(
+            int(a) for a in rng.choice(acts_pool, WIDTHS[i]))
+        layers.append(bd.Layer(W, b, act))
+    return bd.Program(tuple(layers))
+
+
+def _stack(programs):
+    return jax.tree_util.tree_map(lambda *a: jnp.stack(a), *programs)
+
+
+@pytest.fixture(scope="module")
+def random_cases():
+    """20 random programs (one structure) and boxes, bounded by one compiled call."""
+    progs = _stack([_random_program(jax.random.key(s)) for s in range(20)])
+    k1, k2, k3 = jax.random.split(jax.random.key(99), 3)
+    c = jax.random.normal(k1, (20, WIDTHS[0]))
+    r = jax.random.uniform(k2, (20, WIDTHS[0]), minval=0.05, maxval=1.5)
+    lo, hi = c - r, c + r
+
+    @jax.jit(compiler_options=FAST)
+    def bounds(progs, lo, hi):
+        def one(p, lo, hi):
+            ib = bd.ibp(p, lo, hi)
+            cr = bd.crown(p, lo, hi)
+            return ib.lower, ib.upper, cr.lower, cr.upper
+
+        return jax.vmap(one)(progs, lo, hi)
+
+    u = lo[:, None] + (hi - lo)[:, None] * jax.random.uniform(k3, (20, 4000, WIDTHS[0]))
+    u = jnp.concatenate([u, lo[:, None], hi[:, None]], 1)  # corners of the box too
+    y = jax.vmap(bd.apply)(progs, u)
+    return progs, lo, hi, bounds, bounds(progs, lo, hi), y
+
+
+def test_ibp_and_crown_contain_sampled_outputs(random_cases):
+    *_, (il, iu, cl, cu), y = random_cases
+    for lower, upper in ((il, iu), (cl, cu)):
+        assert bool(jnp.all(y >= lower[:, None])), "a sampled output is below the bound"
+        assert bool(jnp.all(y <= upper[:, None])), "a sampled output is above the bound"
+
+
+def test_crown_at_least_as_tight_as_ibp(random_cases):
+    *_, (il, iu, cl, cu), _ = random_cases
+    assert bool(jnp.all(cl >= il)) and bool(jnp.all(cu <= iu))
+    # And strictly tighter on average: linear relaxation keeps correlations IBP loses.
+    ratio = float(jnp.mean((cu - cl) / (iu - il)))
+    assert ratio < 0.8, ratio
+
+
+def test_bounds_jit_matches_eager_and_vmap_matches_loop(random_cases):
+    progs, lo, hi, bounds, batched, _ = random_cases
+    for i in (0, 7):
+        p = jax.tree_util.tree_map(lambda a, i=i: a[i], progs)
+        eager = bd.crown(p, lo[i], hi[i])
+        np.testing.assert_allclose(np.asarray(eager.upper), np.asarray(batched[3][i]),
+                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(eager.lower), np.asarray(batched[2][i]),
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_degenerate_box_contains_float64_value():
+    """Rounding pads: a point box must contain the float64 value of the real function."""
+    p = _random_program(jax.random.key(3))
+    x = np.array([0.3, -1.2, 0.7, 2.1], np.float32)
+    h = x.astype(np.float64)
+    fns = {bd.IDENTITY: lambda z: z, bd.RELU: lambda z: np.maximum(z, 0), bd.SQUARE: np.square,
+           bd.TANH: np.tanh, bd.SIN: np.sin, bd.ABS: np.abs}
+    for layer in p.layers:
+        z = np.asarray(layer.W, np.float64) @ h + np.asarray(layer.b, np.float64)
+        h = np.array([fns[a](v) for a, v in zip(layer.act, z, strict=True)])
+    for b in (bd.ibp(p, jnp.asarray(x), jnp.asarray(x)), bd.crown(p, jnp.asarray(x),
+                                                                   jnp.asarray(x))):
+        assert np.all(np.asarray(b.lower, np.float64) <= h)
+        assert np.all(np.asarray(b.upper, np.float64) >= h)
+
+
+def test_periodic_and_saturating_relaxations_on_wide_intervals():
+    prog = bd.compose(bd.affine(jnp.eye(2)), bd.elementwise(("sin", "tanh")))
+    lo, hi = jnp.array([-9.0, -30.0]), jnp.array([4.0, 25.0])
+    b = bd.crown(prog, lo, hi)
+    u = lo + (hi - lo) * jax.random.uniform(jax.random.key(0), (20000, 2))
+    y = prog(u)
+    assert bool(jnp.all(y >= b.lower)) and bool(jnp.all(y <= b.upper))
+    np.testing.assert_allclose(np.asarray(b.upper), [1.0, 1.0], atol=1e-5)
+
+
+def test_program_combinators():
+    A = bd.affine(jnp.array([[1.0, 2.0], [0.0, -1.0]]), jnp.array([0.5, 0.0]))
+    sq = bd.elementwise(("square", "relu"))
+    p = bd.parallel(bd.compose(A, sq), bd.identity(2))
+    x = jnp.array([0.3, -0.4])
+    z = np.array([0.3 - 0.8 + 0.5, 0.4])
+    np.testing.assert_allclose(np.asarray(p(x)), [z[0] ** 2, z[1], 0.3, -0.4], rtol=1e-6)
+    with pytest.raises(ValueError, match="takes"):
+        bd.compose(A, bd.identity(3))
+
+
+def test_box_errors_name_the_argument():
+    p = bd.identity(2)
+    with pytest.raises(ValueError, match="empty domain"):
+        bd.crown(p, jnp.array([0.0, 1.0]), jnp.array([1.0, 0.0]))
+    with pytest.raises(ValueError, match="lower must have shape"):
+        bd.ibp(p, jnp.zeros(3), jnp.ones(3))
+    with pytest.raises(ValueError, match="empty domain"):
+        vf.branch_and_bound(None, np.array([1.0]), np.array([0.0]), 1, np.zeros(0),
+                            vf.VerifyConfig())
+
+
+# --------------------------------------------------------------------------- systems
+
+
+def test_systems_simulate_stably_and_monolithic_matches():
+    for make in (ly.platoon, ly.drone_formation, ly.microgrid):
+        s = make(3)
+        od, ld = ly.random_delays(jax.random.key(0), 200, s)
+        x0 = 0.5 * s.state_box
+        traj = ly.simulate(s, x0, jnp.zeros((200, 3, 1)), od, ld)
+        assert float(jnp.abs(traj[-1]).max()) < 1e-2 * float(jnp.abs(x0).max()), s.name
+        # One certificate over all states sees the same system under a common delay.
+        mono = ly.monolithic(s)
+        common = jnp.broadcast_to(od[:, :1], od.shape)
+        w = 0.05 * jnp.ones((40, 3, 1))
+        a = ly.simulate(s, x0, w, common[:40], jnp.broadcast_to(common[:40, :, None],
+                                                              (40, 3, s.K)))
+        b = ly.simulate(mono, x0.reshape(1, -1), w.reshape(40, 1, 3), common[:40, :1],
+                        jnp.zeros((40, 1, 0), jnp.int32))
+        np.testing.assert_allclose(np.asarray(a).reshape(41, -1), np.asarray(b).reshape(41, -1),
+                                   atol=1e-5)
+
+
+def test_platoon_closed_loop_matches_hand_written_model():
+    """The ridge program encodes e+ = e + T (eps - t_h a_i), eps+ = eps + T (a_{i-1} - a_i + w)."""
+    s = ly.platoon(2, dt=0.2, heterogeneity=0.0)
+    T, th, s0 = 0.2, 1.5, 3.0
+    u = jnp.array([0.7, -0.3, 0.2, 0.1, -1.1, 0.4, 0.05])
+    e, eps, de, deps, ep, epsp, w = (float(v) for v in u)
+    a_hdv = 0.2 * s0 * np.tanh((e - de) / s0) + 0.8 * (eps - deps)  # vehicle 1: HDV
+    a_cav = 0.5 * ep + 0.7 * epsp  # predecessor (vehicle 0): CAV on its delayed state
+    want = [e + T * (eps - th * a_hdv), eps + T * (a_cav - a_hdv + w)]
+    prog = s.build(jax.tree_util.tree_map(lambda a: a[1], s.params))
+    np.testing.assert_allclose(np.asarray(prog(u)), want, rtol=1e-5)
+
+
+def test_simulate_jit_and_vmap():
+    s = ly.drone_formation(3)
+    od, ld = ly.random_delays(jax.random.key(1), 30, s)
+    w = 0.05 * jax.random.normal(jax.random.key(2), (30, 3, 1))
+    x0s = jax.random.normal(jax.random.key(3), (4, 3, 2))
+    eager = [ly.simulate(s, x0, w, od, ld) for x0 in x0s]
+    batched = jax.jit(jax.vmap(lambda x0: sysm._simulate(s, x0, w, od, ld)))(x0s)
+    for i in range(4):
+        np.testing.assert_allclose(np.asarray(batched[i]), np.asarray(eager[i]), atol=1e-6)
+
+
+def test_system_errors_name_the_argument():
+    s = ly.linear_chain(2)
+    with pytest.raises(ValueError, match="max_delay must be >= 0"):
+        ly.linear_chain(2, max_delay=-1)
+    with pytest.raises(ValueError, match="own_delay must be >= 0"):
+        ly.simulate(s, jnp.zeros((2, 1)), jnp.zeros((5, 2, 1)), -jnp.ones((5, 2), jnp.int32),
+                    jnp.zeros((5, 2, 1), jnp.int32))
+    with pytest.raises(ValueError, match="link_delay must be <= max_delay"):
+        ly.simulate(s, jnp.zeros((2, 1)), jnp.zeros((5, 2, 1)), jnp.zeros((5, 2), jnp.int32),
+                    jnp.full((5, 2, 1), 3, jnp.int32))
+    with pytest.raises(ValueError, match="x0 must have shape"):
+        ly.simulate(s, jnp.zeros((2, 3)), jnp.zeros((5, 2, 1)), jnp.zeros((5, 2), jnp.int32),
+                    jnp.zeros((5, 2, 1), jnp.int32))
+    with pytest.raises(ValueError, match="state_box must have one row per subsystem"):
+        ly.InterconnectedSystem(params={}, neighbors=jnp.zeros((3, 1), jnp.int32) - 1,
+                                state_box=jnp.ones((2, 2)), build=lambda p: None, w_max=0.1,
+                                max_delay=1, n_w=1)
+    with pytest.raises(ValueError, match="empty domain"):
+        ly.InterconnectedSystem(params={}, neighbors=-jnp.ones((2, 1), jnp.int32),
+                                state_box=jnp.array([[1.0], [0.0]]), build=lambda p: None,
+                                w_max=0.1, max_delay=1, n_w=1)
+    bad = ly.InterconnectedSystem(params=s.params, neighbors=s.neighbors, state_box=s.state_box,
+                                  build=lambda p: bd.identity(2), w_max=0.1, max_delay=1, n_w=1,
+                                  own_delay=False)
+    with pytest.raises(ValueError, match="build\\(params_i\\) maps"):
+        sysm.local_programs(bad)
+    cert = ct.init_certificate(ly.linear_chain(3), jax.random.key(0))
+    with pytest.raises(ValueError, match="cert has 3 certificates"):
+        ly.verify.verify(s, cert, ct.default_reach(s))
+
+
+# --------------------------------------------------------------------------- certificates
+
+
+CHAIN = dict(a=0.5, q=0.2, s=0.1)  # x_i+ = 0.5 x_i + 0.2 x_{i-1}^d + 0.1 w_i, |w| <= 0.1
+
+
+@pytest.fixture(scope="module")
+def chain():
+    return ly.linear_chain(3, **CHAIN, max_delay=2)
+
+
+def _quadratic(chain, a, b, c):
+    n = chain.n_sub
+    return ct.quadratic_certificate(chain, np.ones((n, 1, 1)), np.full(n, a), np.full((n, 1), b),
+                                    np.full(n, c), lam_max=0.8)
+
+
+@pytest.fixture(scope="module")
+def verified(chain):
+    # Cauchy-Schwarz: V_i+ <= 0.8 (0.5 V_i + 0.2 V_{i-1}^d + 0.1 w^2); with slack:
+    cert = _quadratic(chain, 0.45, 0.2, 0.1)
+    return cert, ly.verify.verify(chain, cert, ct.default_reach(chain),
+                                  ly.VerifyConfig(batch=64))
+
+
+def test_quadratic_certificate_parametrisation_round_trip(chain):
+    cert = _quadratic(chain, 0.45, 0.2, 0.1)
+    a, b, c = ct.gains(cert, chain)
+    np.testing.assert_allclose(np.asarray(a), 0.45, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(b)[1:], 0.2, rtol=1e-5)
+    assert float(b[0, 0]) == 0.0  # vehicle 0 has no neighbour
+    np.testing.assert_allclose(np.asarray(c), 0.1, rtol=1e-4)
+    x = jnp.array([[0.3], [-0.5], [0.9]])
+    np.testing.assert_allclose(np.asarray(ct.values(cert, chain, x)), np.square(x[:, 0]),
+                               rtol=1e-5)
+
+
+def test_verifier_accepts_known_quadratic_certificate(verified):
+    cert, res = verified
+    assert res.certified
+    assert res.certified_fraction == pytest.approx(1.0)
+    assert all(r.counterexamples.shape[0] == 0 for r in res.subsystems)
+    # (G): Gamma = 0.45 I + 0.2 (subdiagonal): rho = 0.45, and mu certifies it.
+    assert res.gains.spectral_radius == pytest.approx(0.45, abs=1e-5)
+    assert res.gains.ok and res.gains.lam < 1.0
+
+
+def test_verifier_rejects_non_certificate_with_true_counterexamples(chain):
+    # Gains too small: at y = w = 0, V+ = 0.25 x^2 > 0.2 x^2 + eta for |x| > 0.1.
+    cert = _quadratic(chain, 0.2, 0.05, 0.1)
+    reach = ct.default_reach(chain)
+    res = ly.verify.verify(chain, cert, reach, ly.VerifyConfig(batch=64))
+    assert not res.certified
+    data = ct.local_data(cert, chain, reach)
+    progs = sysm.local_programs(chain)
+    found = 0
+    for i, r in enumerate(res.subsystems):
+        if r.counterexamples.shape[0]:
+            d = jax.tree_util.tree_map(lambda a, i=i: a[i], data)
+            p = jax.tree_util.tree_map(lambda a, i=i: a[i], progs)
+            vals = ct.condition_values(chain, d, p, jnp.asarray(r.counterexamples),
+                                       eta=cert.eta, eta_reach=cert.eta_reach)
+            assert bool(jnp.all(vals[:, 0] > 0)), "reported counterexample does not violate"
+            found += r.counterexamples.shape[0]
+    assert found > 0
+
+
+def test_trajectories_from_certified_set_satisfy_the_decrease(chain, verified):
+    """Along closed-loop runs from {V_i <= mu_i}, V_i(x_i(k+1)) <= (Gamma M(k))_i +
+    c_i w^2 + eta, with M the window maxima over [k - 2d, k], and the ISS bound holds."""
+    cert, res = verified
+    G, mu = res.gains.gamma, res.gains.mu
+    _, _, c = ct.gains(cert, chain)
+    c = np.asarray(c)
+    d, steps = chain.max_delay, 60
+    win = 2 * d + 1
+    for seed in range(3):
+        k = jax.random.key(seed)
+        od, ld = ly.random_delays(k, steps, chain)
+        w = chain.w_max * jax.random.uniform(jax.random.fold_in(k, 1), (steps, 3, 1),
+                                             minval=-1.0, maxval=1.0)
+        x0 = jnp.sqrt(jnp.asarray(mu))[:, None] * jnp.array([[0.99], [-0.99], [0.99]])
+        traj = np.asarray(ly.simulate(chain, x0, w, od, ld))
+        V = np.asarray(ct.values(cert, chain, jnp.asarray(traj)))  # (T+1, N)
+        padded = np.concatenate([np.repeat(V[:1], 2 * d, 0), V], 0)  # constant history
+        for t in range(steps):
+            M = padded[t:t + win].max(0)
+            rhs = G @ M + c * np.asarray(w[t, :, 0]) ** 2 + cert.eta
+            assert np.all(V[t + 1] <= rhs + 1e-6), (seed, t)
+        W = np.array([(padded[t:t + win] / mu).max() for t in range(steps + 1)])
+        e = np.max((c * chain.w_max**2 + cert.eta) / mu)
+        bound = res.gains.lam ** np.floor(np.arange(steps + 1) / win) * W[0] + e / (
+            1 - res.gains.lam)
+        assert np.all(W <= bound + 1e-6)
+        assert np.all(V <= mu + 1e-6)  # the certified set is invariant
+
+
+@eqx.filter_jit(compiler_options=FAST)
+def _program_vs_direct(s, cert, reach, key):
+    data = ct.local_data(cert, s, reach)
+    progs = jax.vmap(s.build)(s.params)
+    d = jax.tree_util.tree_map(lambda a: a[1], data)
+    p = jax.tree_util.tree_map(lambda a: a[1], progs)
+    u = tr.sample_domain(s, d, key, 256, cert.eta_reach)
+    prog = ct.condition_program(s, d, p, eta=cert.eta, eta_reach=cert.eta_reach)
+    return prog(u), ct.condition_values(s, d, p, u, eta=cert.eta, eta_reach=cert.eta_reach)
+
+
+@pytest.mark.parametrize("make", [ly.platoon, ly.microgrid])
+def test_condition_program_matches_direct_evaluation(make):
+    """The bounded program and the training's direct evaluation are the same function
+    (platoon: own delay, LP term, neighbour delayed copies; microgrid: current copies,
+    two slots, sine units)."""
+    s = make(3)
+    cert = ct.init_certificate(s, jax.random.key(0), hidden=4, net_scale=0.5)
+    reach = ct.Reach(jnp.full(3, 0.2), jnp.full(3, 0.05))
+    prog, direct = _program_vs_direct(s, cert, reach, jax.random.key(1))
+    np.testing.assert_allclose(np.asarray(prog), np.asarray(direct), rtol=1e-4, atol=1e-5)
+
+
+def test_gain_report_collatz_wielandt():
+    s = ly.drone_formation(4, bidirectional=True)
+    cert = ct.init_certificate(s, jax.random.key(0))
+    rep = ct.gain_report(cert, s)
+    G, mu = rep.gamma, rep.mu
+    assert np.all(mu > 0) and mu.max() == pytest.approx(1.0)
+    assert np.all(G @ mu <= rep.lam * mu * (1 + 1e-9))
+    assert rep.spectral_radius <= rep.lam + 1e-9  # rho(Gamma) <= any Collatz-Wielandt bound
+
+
+def test_determinism_under_key():
+    s = ly.platoon(3)
+    a = ct.init_certificate(s, jax.random.key(5))
+    b = ct.init_certificate(s, jax.random.key(5))
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    r1 = tr.estimate_reach(s, a, jax.random.key(1), samples=256)
+    r2 = tr.estimate_reach(s, b, jax.random.key(1), samples=256)
+    np.testing.assert_array_equal(np.asarray(r1.kappa), np.asarray(r2.kappa))
+    d1, d2 = (ly.random_delays(jax.random.key(2), 10, s) for _ in range(2))
+    np.testing.assert_array_equal(np.asarray(d1[0]), np.asarray(d2[0]))
+
+
+def test_verification_is_deterministic(chain, verified):
+    cert, res = verified
+    again = ly.verify.verify(chain, cert, ct.default_reach(chain), ly.VerifyConfig(batch=64))
+    assert [r.boxes for r in again.subsystems] == [r.boxes for r in res.subsystems]

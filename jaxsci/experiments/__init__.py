@@ -34,7 +34,7 @@ _ENTRIES = [
     Entry("grans", "G-RANS: residual-aware neural subspace-correction solver for sparse FEM systems", "dynamics", "implemented"),
     Entry("bioflow", "Regime-aware conditional flow matching for trajectories of many systems-biology ODE models", "dynamics", "implemented"),
     Entry("flowsmc", "Training-free conditional sampling for flow matching by importance sampling + SMC", "ml", "implemented"),
-    Entry("dflash", "DFlash: block-diffusion drafter for speculative decoding", "ml"),
+    Entry("dflash", "DFlash: block-diffusion drafter for speculative decoding", "ml", "implemented"),
     Entry("misalignment", "In-training safeguards against emergent misalignment", "ml"),
     Entry("attribution", "Accountability attribution of training stages", "ml"),
     Entry("isotropy", "Semantic isotropy of response embeddings as a trust signal", "ml"),

@@ -254,9 +254,9 @@ def test_errors_name_the_argument(models, prompts):
         df.speculative_generate(target, d, jnp.zeros((60,), jnp.int32), 8)
     with pytest.raises(ValueError, match="resample must be one of"):
         df.speculative_generate(target, d, prompts[0], 4, resample="p")
-    other = df.Drafter(df.DrafterConfig.for_target(
-        TransformerConfig(d_model=16, n_layers=2, n_heads=2, d_ff=32, max_len=64)),
-        rngs=nnx.Rngs(0))
+    small = TransformerConfig(d_model=16, n_layers=2, n_heads=2, d_ff=32, max_len=64)
+    other = nnx.eval_shape(lambda: df.Drafter(df.DrafterConfig.for_target(small),
+                                              rngs=nnx.Rngs(0)))
     with pytest.raises(ValueError, match="drafter does not match the target: d_model"):
         df.speculative_generate(target, other, prompts[0], 4)
     with pytest.raises(ValueError, match="kind must be one of"):

@@ -135,10 +135,10 @@ def test_sampling_is_deterministic_jittable_and_vmappable(model):
         return decode.generate(model, prompt, 3, key=k, temperature=1.0).tokens
 
     batch = np.asarray(jax.vmap(sample)(keys))
-    for i in range(2):
-        np.testing.assert_array_equal(sample(keys[i]), batch[i])
-    np.testing.assert_array_equal(jax.jit(sample)(keys[0]), batch[0])
-    np.testing.assert_array_equal(sample(keys[0]), sample(keys[0]))  # same key, same tokens
+    jitted = jax.jit(sample)
+    for i in range(2):  # jit of the whole decoding loop, looped over keys == vmap
+        np.testing.assert_array_equal(jitted(keys[i]), batch[i])
+    np.testing.assert_array_equal(jitted(keys[0]), jitted(keys[0]))  # same key, same tokens
     assert len({tuple(r) for r in batch.tolist()}) > 100  # a random model: diverse samples
 
 
@@ -222,6 +222,12 @@ def test_corpora_are_deterministic_and_well_formed():
                 assert stack.pop() == ")]}".index(ch)
         assert not stack
         assert corpora.sample_text("grammar", rng).endswith(".\n")
+        for task in corpora.TASKS:  # the validity checks accept every generated sample
+            assert corpora.is_valid(task, corpora.sample_text(task, rng)[:-1]), task
+    for task, bad in [("arithmetic", "12+34=47"), ("grammar", "the cat the dog."),
+                      ("grammar", "cat sees."), ("recall", "a1:b2 c3:d4 ?a1=d4"),
+                      ("brackets", "f([)]"), ("brackets", "f(()")]:
+        assert not corpora.is_valid(task, bad), bad
     p = corpora.prompts(jax.random.key(2), "grammar", 3, max_bytes=30)
     assert len(p) == 3 and all(x[0] == BOS and TOK.decode(x).endswith("\n") for x in p)
     with pytest.raises(ValueError, match="task must be one of"):

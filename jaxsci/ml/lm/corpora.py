@@ -29,7 +29,7 @@ import numpy as np
 from jaxsci.core.validation import check_choice, check_int, check_key
 from jaxsci.ml.lm.tokenizer import BOS, ByteTokenizer
 
-__all__ = ["TASKS", "sample_text", "documents", "prompts", "rng_from_key"]
+__all__ = ["TASKS", "sample_text", "is_valid", "documents", "prompts", "rng_from_key"]
 
 TASKS = ("arithmetic", "grammar", "recall", "brackets")
 _TOK = ByteTokenizer()
@@ -143,6 +143,57 @@ def sample_text(task: str, rng: np.random.Generator) -> str:
     """One newline-terminated sample of ``task``."""
     check_choice("task", task, TASKS)
     return _SAMPLERS[task](rng)
+
+
+def _parse(symbol: str, words: list[str], i: int) -> set[int]:
+    """End indices of every way ``symbol`` derives ``words[i:end]``."""
+    if symbol in _WORDS:
+        return {i + 1} if i < len(words) and words[i] in _WORDS[symbol][0] else set()
+    ends: set[int] = set()
+    for _, rhs in _GRAMMAR[symbol]:
+        starts = {i}
+        for sym in rhs:
+            starts = {e for st in starts for e in _parse(sym, words, st)}
+        ends |= starts
+    return ends
+
+
+def is_valid(task: str, line: str) -> bool:
+    """Whether ``line`` (one sample without its newline) is a correct sample of ``task``.
+
+    arithmetic: the result is right; grammar: the grammar derives the sentence;
+    recall: the answer is the value of the queried key; brackets: a name followed by a
+    balanced bracket sequence (identifiers allowed inside).
+    """
+    check_choice("task", task, TASKS)
+    try:
+        if task == "arithmetic":
+            lhs, rhs = line.split("=")
+            op = "+" if "+" in lhs else "-"
+            a, b = (int(x) for x in lhs.split(op))
+            return rhs.isdigit() and int(rhs) == (a + b if op == "+" else a - b)
+        if task == "grammar":
+            return line.endswith(".") and len(line.split()) > 1 and (
+                len(line[:-1].split()) in _parse("S", line[:-1].split(), 0))
+        if task == "recall":
+            pairs, query = line.split(" ?")
+            table = dict(p.split(":") for p in pairs.split(" "))
+            k, v = query.split("=")
+            return table.get(k) == v
+    except ValueError:
+        return False
+    stack = []
+    if not line or line[0] not in "fgh":
+        return False
+    for ch in line[1:]:
+        if ch in _CLOSE:
+            stack.append(_CLOSE[ch])
+        elif ch in ")]}":
+            if not stack or stack.pop() != ch:
+                return False
+        elif ch not in "abcxyz":
+            return False
+    return not stack and len(line) > 1
 
 
 # ----------------------------------------------------------------- datasets

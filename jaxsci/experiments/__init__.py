@@ -27,7 +27,7 @@ _ENTRIES = [
     Entry("hopfield", "Thermodynamic capacity of continuous Dense Associative Memory, LSE vs LSR kernels", "dynamics", "implemented"),
     Entry("particles", "Transformer forward pass as interacting particles on the sphere, with the perceptron block", "dynamics", "implemented"),
     Entry("noisy_transformer", "Deep transformers with random value matrices: common matrix Brownian noise on the sphere", "dynamics", "implemented"),
-    Entry("koopman", "MERLIN: functional Koopman with function encoders/decoders and Mori-Zwanzig memory", "dynamics"),
+    Entry("koopman", "MERLIN: functional Koopman with function encoders/decoders and Mori-Zwanzig memory", "dynamics", "implemented"),
     Entry("langevin", "Learning stochastic dynamics from temporally sparse samples as stochastic control (path augmentation)", "dynamics", "implemented"),
     Entry("sysid", "Input-output learning of nonlinear systems under sparse adversarial attacks (l2-norm estimator)", "dynamics", "implemented"),
     Entry("lyapunov", "Neural vector Lyapunov-Razumikhin certificates for delayed interconnected systems", "dynamics"),

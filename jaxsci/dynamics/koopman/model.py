@@ -277,7 +277,7 @@ class Phase1Config:
     lambda_dyn: float = 0.05  # authors: lambda_dyn 0.05
     lambda_pred: float = 0.1  # authors: lambda_pred 0.1
     n_query: int = 0
-    cosine_decay: bool = True  # authors' NS runs use a decaying schedule
+    cosine_decay: bool = True  # to 5% of lr; the authors offer OneCycle, cosine, step
 
     def validate(self) -> Phase1Config:
         check_int("steps", self.steps, min=1)

@@ -47,3 +47,24 @@ def run_experiment(tmp_path_factory):
         return out, json.loads((out / "metrics.json").read_text())
 
     return run
+
+
+def _leaves(tree):
+    if isinstance(tree, dict):
+        return [x for v in tree.values() for x in _leaves(v)]
+    return [tree]
+
+
+@pytest.fixture(scope="session")
+def assert_finite_metrics():
+    """``assert_finite_metrics(metrics, keys)``: every key is present and all its
+    numbers (nested dicts and lists included) are finite, at least one of them."""
+    import numpy as np
+
+    def check(metrics, keys):
+        for key in keys:
+            assert key in metrics, key
+            vals = np.asarray(_leaves(metrics[key]), dtype=float)
+            assert vals.size and np.all(np.isfinite(vals)), key
+
+    return check

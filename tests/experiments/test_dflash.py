@@ -11,11 +11,9 @@ def smoke(run_experiment):
     return run_experiment(exp, "smoke")
 
 
-def test_smoke_writes_every_metric_finite(smoke):
+def test_smoke_writes_every_metric_finite(smoke, assert_finite_metrics):
     out, m = smoke
-    for key in exp.METRIC_KEYS:
-        assert key in m, key
-        assert np.all(np.isfinite(np.asarray(m[key], dtype=float))), key
+    assert_finite_metrics(m, exp.METRIC_KEYS)
     cfg = exp.CONFIGS["smoke"]
     grid = (len(cfg.tasks), len(cfg.block_sizes))
     for key in ("mean_acceptance_length_block", "mean_acceptance_length_ar",

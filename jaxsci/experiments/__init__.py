@@ -30,7 +30,7 @@ _ENTRIES = [
     Entry("koopman", "MERLIN: functional Koopman with function encoders/decoders and Mori-Zwanzig memory", "dynamics", "implemented"),
     Entry("langevin", "Learning stochastic dynamics from temporally sparse samples as stochastic control (path augmentation)", "dynamics", "implemented"),
     Entry("sysid", "Input-output learning of nonlinear systems under sparse adversarial attacks (l2-norm estimator)", "dynamics", "implemented"),
-    Entry("lyapunov", "Neural vector Lyapunov-Razumikhin certificates for delayed interconnected systems", "dynamics"),
+    Entry("lyapunov", "Neural vector Lyapunov-Razumikhin certificates for delayed interconnected systems", "dynamics", "implemented"),
     Entry("grans", "G-RANS: residual-aware neural subspace-correction solver for sparse FEM systems", "dynamics", "implemented"),
     Entry("bioflow", "Regime-aware conditional flow matching for trajectories of many systems-biology ODE models", "dynamics", "implemented"),
     Entry("flowsmc", "Training-free conditional sampling for flow matching by importance sampling + SMC", "ml", "implemented"),

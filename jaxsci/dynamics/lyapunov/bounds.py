@@ -269,7 +269,8 @@ def parallel(*programs: Program) -> Program:
     layers = []
     for k in range(depth):
         ls = [p.layers[k] for p in padded]
-        W = jnp.concatenate([lay.W for lay in ls], 0) if k == 0 else _block_diag([lay.W for lay in ls])
+        Ws = [lay.W for lay in ls]
+        W = jnp.concatenate(Ws, 0) if k == 0 else _block_diag(Ws)
         b = jnp.concatenate([lay.b for lay in ls])
         act = sum((lay.act for lay in ls), ())
         layers.append(Layer(W, b, act))
@@ -432,13 +433,13 @@ def ibp(program: Program, lower: Float[Array, " n"], upper: Float[Array, " n"]) 
 # --------------------------------------------------------------------------- CROWN
 
 
-def _relax(l, uu, act, u):
-    """Lines ``al z + bl <= sigma(z) <= au z + bu`` on ``[l, uu]`` for every unit."""
+def _relax(zl, zu, act, u):
+    """Lines ``al z + bl <= sigma(z) <= au z + bu`` on ``[zl, zu]`` for every unit."""
     eps = 2.0 * u
     groups = _groups(act)
-    one, zero = jnp.ones_like(l), jnp.zeros_like(l)
+    one, zero = jnp.ones_like(zl), jnp.zeros_like(zl)
     lines = {}
-    a, b = l, uu
+    a, b = zl, zu
     mag = jnp.maximum(jnp.abs(a), jnp.abs(b))
     for code in groups:
         if code == IDENTITY:
@@ -449,7 +450,7 @@ def _relax(l, uu, act, u):
             width = jnp.where(cross, b - a, 1.0)
             s = jnp.where(cross, b / width, jnp.where(dead, 0.0, 1.0))
             t = jnp.where(cross, -s * a + 4.0 * eps * mag + _TINY, 0.0)
-            sl = jnp.where(cross, (b >= -a).astype(l.dtype), s)  # adaptive lower slope
+            sl = jnp.where(cross, (b >= -a).astype(zl.dtype), s)  # adaptive lower slope
             lines[code] = (sl, zero, s, t)
         elif code == SQUARE:
             m = 0.5 * (a + b)

@@ -178,10 +178,10 @@ def init_certificate(
     check_scalar("net_scale", net_scale, ge=0.0)
     if lam_max + eta >= 1.0:
         raise ValueError(f"lam_max + eta must be < 1, got {lam_max} + {eta}")
-    n_sub, n = system.n_sub, system.n
+    n_sub = system.n_sub
     W1, b1, W2 = _init_net(key, system.state_box, hidden, n_out, float(net_scale))
     L_np, contraction = _linearised_l(system)
-    L = jnp.asarray(L_np, jnp.float32)
+    L = jax.device_put(L_np.astype(np.float32))
     # Self gains start a third of the way from the linear certificate's contraction
     # rho'^2 to 1 (room for the coupling gains below lam_max).
     a0 = np.clip(contraction + (1.0 - contraction) / 3.0, 0.3, 0.98 * lam_max) / lam_max
@@ -191,9 +191,9 @@ def init_certificate(
         b1=b1.astype(jnp.float32),
         W2=W2.astype(jnp.float32),
         L=L,
-        a_raw=jnp.asarray(np.log(a0) - np.log1p(-a0), jnp.float32),
-        b_raw=jnp.asarray(np.where(present, _softplus_inv(0.02), -30.0), jnp.float32),
-        c_raw=jnp.full((n_sub,), _softplus_inv(0.1), jnp.float32),
+        a_raw=jax.device_put((np.log(a0) - np.log1p(-a0)).astype(np.float32)),
+        b_raw=jax.device_put(np.where(present, _softplus_inv(0.02), -30.0).astype(np.float32)),
+        c_raw=jax.device_put(np.full((n_sub,), _softplus_inv(0.1), np.float32)),
         lam_max=float(lam_max),
         eta=float(eta),
         eta_reach=float(eta_reach),
@@ -271,7 +271,7 @@ def quadratic_certificate(
     The ReLU part is switched off (``W2 = 0``) and the gain parameters are set so the
     parametrisation reproduces ``a``, ``b``, ``c`` (``sum a + b < lam_max``).
     """
-    n_sub, n, K = system.n_sub, system.n, system.K
+    n_sub, n = system.n_sub, system.n
     P = np.asarray(P, np.float64)
     D = 1.0 / np.square(np.asarray(system.state_box, np.float64))
     if P.shape != (n_sub, n, n):

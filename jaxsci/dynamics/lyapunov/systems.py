@@ -316,6 +316,11 @@ _random_delays_jit = eqx.filter_jit(_random_delays)
 # --------------------------------------------------------------------------- benchmarks
 
 
+def _device(tree):
+    """float32 NumPy leaves to device arrays (cast in NumPy: no conversion ops)."""
+    return jax.tree_util.tree_map(lambda a: jax.device_put(np.asarray(a, np.float32)), tree)
+
+
 def _line_neighbors(n_sub: int, bidirectional: bool) -> np.ndarray:
     if bidirectional:
         nb = np.stack([np.arange(n_sub) - 1, np.arange(n_sub) + 1], 1)
@@ -324,8 +329,15 @@ def _line_neighbors(n_sub: int, bidirectional: bool) -> np.ndarray:
     return (np.arange(n_sub) - 1)[:, None]
 
 
-def _spread(key, n_sub, lo, hi):
-    return jax.random.uniform(key, (n_sub,), minval=lo, maxval=hi)
+@eqx.filter_jit
+def _uniforms(key, k, n_sub):
+    return jax.random.uniform(key, (k, n_sub))
+
+
+def _spreads(key, n_sub, ranges):
+    """One uniform draw per subsystem in each ``(lo, hi)`` of ``ranges`` (NumPy)."""
+    u = np.asarray(_uniforms(key, len(ranges), n_sub), np.float64)
+    return [lo + (hi - lo) * u[t] for t, (lo, hi) in enumerate(ranges)]
 
 
 def platoon(
@@ -368,30 +380,26 @@ def platoon(
     check_scalar("w_max", w_max, ge=0.0)
     check_scalar("heterogeneity", heterogeneity, ge=0.0, lt=1.0)
     key = jax.random.key(0) if key is None else check_key("key", key)
-    ks = jax.random.split(key, 4)
     h = heterogeneity
-    cav = jnp.asarray(np.arange(n_vehicles) % cav_every == 0)
-    alpha = hdv_gains[0] * _spread(ks[0], n_vehicles, 1 - h, 1 + h)
-    beta = hdv_gains[1] * _spread(ks[1], n_vehicles, 1 - h, 1 + h)
-    k_e = cav_gains[0] * _spread(ks[2], n_vehicles, 1 - h, 1 + h)
-    k_eps = cav_gains[1] * _spread(ks[3], n_vehicles, 1 - h, 1 + h)
+    cav = np.arange(n_vehicles) % cav_every == 0
+    alpha, beta, k_e, k_eps = (
+        g * s for g, s in zip((hdv_gains[0], hdv_gains[1], cav_gains[0], cav_gains[1]),
+                              _spreads(key, n_vehicles, [(1 - h, 1 + h)] * 4), strict=True))
     # Command law a = p_tanh s0 tanh(e/s0) + p_e e + p_eps eps on the delayed state.
-    p_tanh = jnp.where(cav, 0.0, alpha)
-    p_e = jnp.where(cav, k_e, 0.0)
-    p_eps = jnp.where(cav, k_eps, beta)
-    law = jnp.stack([p_tanh, p_e, p_eps], 1)
-    pred = jnp.concatenate([jnp.zeros((1, 3)), law[:-1]], 0)  # virtual leader: a = 0
-    params = {
+    law = np.stack([np.where(cav, 0.0, alpha), np.where(cav, k_e, 0.0),
+                    np.where(cav, k_eps, beta)], 1)
+    pred = np.concatenate([np.zeros((1, 3)), law[:-1]], 0)  # virtual leader: a = 0
+    params = _device({
         "own": law,
         "pred": pred,
-        "dt": jnp.full(n_vehicles, dt),
-        "s0": jnp.full(n_vehicles, s0),
-        "th": jnp.full(n_vehicles, time_headway),
-    }
-    box = jnp.tile(jnp.array([[spacing_range, speed_range]]), (n_vehicles, 1))
+        "dt": np.full(n_vehicles, dt),
+        "s0": np.full(n_vehicles, s0),
+        "th": np.full(n_vehicles, time_headway),
+    })
+    box = _device(np.tile(np.array([[spacing_range, speed_range]]), (n_vehicles, 1)))
     return InterconnectedSystem(
         params=params,
-        neighbors=jnp.asarray(_line_neighbors(n_vehicles, False), jnp.int32),
+        neighbors=jax.device_put(_line_neighbors(n_vehicles, False).astype(np.int32)),
         state_box=box,
         build=_platoon_program,
         w_max=float(w_max),
@@ -460,25 +468,20 @@ def drone_formation(
         check_scalar(name, v, ge=0.0)
     check_scalar("heterogeneity", heterogeneity, ge=0.0, lt=1.0)
     key = jax.random.key(1) if key is None else check_key("key", key)
-    ks = jax.random.split(key, 4)
     h = heterogeneity
     nb = _line_neighbors(n_drones, bool(bidirectional))
-    gains = jnp.stack([
-        k_p * _spread(ks[0], n_drones, 1 - h, 1 + h),
-        k_d * _spread(ks[1], n_drones, 1 - h, 1 + h),
-        k_c * _spread(ks[2], n_drones, 1 - h, 1 + h),
-        k_cv * _spread(ks[3], n_drones, 1 - h, 1 + h),
-    ], 1)
-    params = {
+    gains = np.stack([g * s for g, s in zip(
+        (k_p, k_d, k_c, k_cv), _spreads(key, n_drones, [(1 - h, 1 + h)] * 4), strict=True)], 1)
+    params = _device({
         "gains": gains,
-        "present": jnp.asarray(nb >= 0, jnp.float32),
-        "dt": jnp.full(n_drones, dt),
-        "u_max": jnp.full(n_drones, u_max),
-    }
-    box = jnp.tile(jnp.array([[position_range, speed_range]]), (n_drones, 1))
+        "present": (nb >= 0).astype(np.float32),
+        "dt": np.full(n_drones, dt),
+        "u_max": np.full(n_drones, u_max),
+    })
+    box = _device(np.tile(np.array([[position_range, speed_range]]), (n_drones, 1)))
     return InterconnectedSystem(
         params=params,
-        neighbors=jnp.asarray(nb, jnp.int32),
+        neighbors=jax.device_put(nb.astype(np.int32)),
         state_box=box,
         build=_drone_program,
         w_max=float(w_max),
@@ -549,31 +552,32 @@ def microgrid(
         check_scalar(name, v, ge=0.0)
     check_scalar("heterogeneity", heterogeneity, ge=0.0, lt=1.0)
     key = jax.random.key(2) if key is None else check_key("key", key)
-    ks = jax.random.split(key, 6)
     h = heterogeneity
     nb = _line_neighbors(n_inverters, True)
+    edge_u, M, D, k, b0, th0 = _spreads(key, n_inverters, [(-max_angle, max_angle)]
+                                        + [(1 - h, 1 + h)] * 4 + [(-max_angle, max_angle)])
     # Operating-point angle across each line: antisymmetric, theta_ij = -theta_ji.
-    edge = np.asarray(_spread(ks[0], max(n_inverters - 1, 1), -max_angle, max_angle))
+    edge = edge_u[: max(n_inverters - 1, 1)]
     th_line = np.zeros((n_inverters, 2), np.float32)
     for i in range(n_inverters):
         if i > 0:
             th_line[i, 0] = -edge[i - 1]
         if i < n_inverters - 1:
             th_line[i, 1] = edge[i]
-    params = {
-        "M": inertia * _spread(ks[1], n_inverters, 1 - h, 1 + h),
-        "D": damping * _spread(ks[2], n_inverters, 1 - h, 1 + h),
-        "k": droop * _spread(ks[3], n_inverters, 1 - h, 1 + h),
-        "b0": b_grid * _spread(ks[4], n_inverters, 1 - h, 1 + h),
-        "th0": _spread(ks[5], n_inverters, -max_angle, max_angle),
-        "b": jnp.asarray(b_line * (nb >= 0), jnp.float32),
-        "th": jnp.asarray(th_line),
-        "dt": jnp.full(n_inverters, dt),
-    }
-    box = jnp.tile(jnp.array([[angle_range, freq_range]]), (n_inverters, 1))
+    params = _device({
+        "M": inertia * M,
+        "D": damping * D,
+        "k": droop * k,
+        "b0": b_grid * b0,
+        "th0": th0,
+        "b": b_line * (nb >= 0),
+        "th": th_line,
+        "dt": np.full(n_inverters, dt),
+    })
+    box = _device(np.tile(np.array([[angle_range, freq_range]]), (n_inverters, 1)))
     return InterconnectedSystem(
         params=params,
-        neighbors=jnp.asarray(nb, jnp.int32),
+        neighbors=jax.device_put(nb.astype(np.int32)),
         state_box=box,
         build=_microgrid_program,
         w_max=float(w_max),
@@ -633,11 +637,11 @@ def linear_chain(
         check_scalar(name, v)
     check_scalar("box", box, gt=0.0)
     check_scalar("w_max", w_max, ge=0.0)
-    params = {"coef": jnp.tile(jnp.array([[a, q, s]], jnp.float32), (n_sub, 1))}
+    params = _device({"coef": np.tile(np.array([[a, q, s]]), (n_sub, 1))})
     return InterconnectedSystem(
         params=params,
-        neighbors=jnp.asarray(_line_neighbors(n_sub, False), jnp.int32),
-        state_box=jnp.full((n_sub, 1), box, jnp.float32),
+        neighbors=jax.device_put(_line_neighbors(n_sub, False).astype(np.int32)),
+        state_box=_device(np.full((n_sub, 1), box)),
         build=_linear_chain_program,
         w_max=float(w_max),
         max_delay=int(max_delay),

@@ -325,7 +325,8 @@ def synthesize(
     progs = jax.device_get(_programs(system))
     C = config.chunk
     chunks = [np.arange(s, s + C) for s in range(0, n_sub, C)]
-    reach = ct.Reach(jnp.ones(n_sub), jnp.ones(n_sub))
+    reach = ct.Reach(jax.device_put(np.ones(n_sub, np.float32)),
+                     jax.device_put(np.ones(n_sub, np.float32)))
     losses, train_s, n_cex = [], 0.0, 0
     result = None
     bar = tqdm(total=config.rounds, desc=f"cegis {system.name}", disable=not progress,
@@ -344,13 +345,15 @@ def synthesize(
             def take(a, sel=sel):
                 return a[sel]
 
+            # NumPy arguments go straight to the device (jnp.asarray would dispatch
+            # a conversion op per array).
             out = _chunk_round(
                 skel,
-                {k: jnp.asarray(v[sel]) for k, v in own.items()},
+                {k: v[sel] for k, v in own.items()},
                 jax.tree_util.tree_map(take, data),
                 jax.tree_util.tree_map(take, progs),
-                jnp.asarray(cex[sel]), jnp.asarray(cex_w[sel]), jnp.asarray(valid),
-                jnp.asarray(boost[sel]), jax.random.fold_in(k_round, c_i), config.steps,
+                cex[sel], cex_w[sel], valid, boost[sel], jax.random.fold_in(k_round, c_i),
+                config.steps,
                 config.samples, config.margin, config.gain_penalty, config.learning_rate,
                 config.lam_max, config.eta, config.eta_reach, config.reach_samples,
                 config.reach_safety)
@@ -362,8 +365,8 @@ def synthesize(
             kappa_w[idx[keep]] = np.asarray(kw)[keep]
             losses.append(np.asarray(ls))
         cert = eqx.tree_at(lambda c: [getattr(c, k) for k in _TRAINABLE], cert,
-                           [jnp.asarray(own[k]) for k in _TRAINABLE])
-        reach = ct.Reach(jnp.asarray(kappa), jnp.asarray(kappa_w))
+                           [jax.device_put(own[k]) for k in _TRAINABLE])
+        reach = ct.Reach(jax.device_put(kappa), jax.device_put(kappa_w))
         train_s += time.perf_counter() - t_tr
         result = vf.verify(system, cert, reach, config.verify)
         bar.update(1)

@@ -99,9 +99,9 @@ class VerificationResult(NamedTuple):
 def _skeleton(system: InterconnectedSystem) -> InterconnectedSystem:
     """The system cut to one subsystem: its static structure, N-independent shapes."""
     return InterconnectedSystem(
-        params=jax.tree_util.tree_map(lambda a: a[:1], system.params),
-        neighbors=-jnp.ones((1, system.K), system.neighbors.dtype),  # structure only
-        state_box=system.state_box[:1],
+        params=jax.tree_util.tree_map(lambda a: np.asarray(a)[:1], system.params),
+        neighbors=-np.ones((1, system.K), np.int32),  # structure only
+        state_box=np.asarray(system.state_box)[:1],
         build=system.build,
         w_max=system.w_max,
         max_delay=system.max_delay,
@@ -259,10 +259,6 @@ def branch_and_bound(bound_fn, lower, upper, n_cond, limits, config: VerifyConfi
             break
     if q_lo:
         unk_vol += float(frac_volume(np.concatenate(q_lo), np.concatenate(q_hi)).sum())
-        import os
-        if os.environ.get("LYAP_DUMP"):
-            np.savez(os.environ["LYAP_DUMP"], lo=np.concatenate(q_lo), hi=np.concatenate(q_hi),
-                     root_lo=lower, root_hi=upper)
     seconds = time.perf_counter() - t0
     n_u = lower.shape[0]
     certified = not q_lo and fals_vol == 0.0 and unk_vol == 0.0 and not cex

@@ -1,0 +1,422 @@
+"""Reproduction: neural vector Lyapunov-Razumikhin certificates, compositional vs monolithic.
+
+For each benchmark (mixed-autonomy platoon, drone formation, microgrid) and each
+number of subsystems ``N``, certificates ``V_1..V_N`` and their gains are synthesised
+by counterexample-guided training (:func:`jaxsci.dynamics.lyapunov.synthesize`) and
+verified compositionally (one branch-and-bound per subsystem on its delay domain,
+plus the gain condition). Reported per ``(system, N)``: the certified fraction of the
+domain, verification and synthesis time, counterexamples found, the gain-matrix
+quantities (contraction ``lam``, smallest weight ``mu``, ISS gain), and closed-loop
+performance (RMS spacing / formation / angle error) under bounded disturbances and
+random time-varying delays. The slope of log(verification time) against log(N) is
+``verification_scaling_exponent`` (about 1 expected: fixed work per subsystem). Wall
+clock depends on the machine's load, so the same slope is also measured on a
+deterministic count of work, ``verification_work = boxes bounded x box dimension``
+(summed over subsystems): ``verification_work_scaling_exponent``.
+
+Baseline: one monolithic certificate over all ``N n`` states (with a common delay),
+synthesised and verified by the same code with the same total box budget, at small
+``N``: its branch-and-bound runs in ``2 N n + N`` dimensions instead of the local
+``~2 n (1 + K) + 1``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from jaxsci.core import Report
+from jaxsci.core.validation import check_choice, check_int, check_scalar
+from jaxsci.dynamics import lyapunov as ly
+from jaxsci.dynamics.lyapunov import certificates as ct
+
+__all__ = ["LyapunovConfig", "CONFIGS", "METRIC_KEYS", "run", "SYSTEMS"]
+
+SYSTEMS = {
+    "platoon": ly.platoon,
+    "drones": ly.drone_formation,
+    "microgrid": ly.microgrid,
+}
+ERROR_NAMES = {"platoon": "spacing error", "drones": "formation error", "microgrid": "angle"}
+
+
+@dataclasses.dataclass(frozen=True)
+class LyapunovConfig:
+    systems: tuple[str, ...] = ("platoon", "drones", "microgrid")
+    n_values: tuple[int, ...] = (2, 4, 8, 16, 32)  # the paper's range of N
+    monolithic_n: tuple[int, ...] = (2, 4)
+    monolithic_systems: tuple[str, ...] = ("platoon", "drones", "microgrid")
+    monolithic_train: bool = True  # False: verify the initial (linearisation) certificate
+    # Sampling period and delay bound. 0.5 s steps and delays up to one step (0.5 s):
+    # a coarse step gives the per-step contraction the verifier needs as slack (the
+    # paper's discretisation is not stated in the abstract).
+    dt: float = 0.5
+    max_delay: int = 1
+    w_max: float = 0.1  # disturbance bound (acceleration / torque units)
+    hidden: int = 8  # ReLU units of each V_i
+    steps: int = 300  # Adam steps per CEGIS round
+    rounds: int = 3
+    samples: int = 256  # domain samples per subsystem per step
+    cex_capacity: int = 64
+    chunk: int = 8
+    margin: float = 0.3  # train V_i(f) <= 0.7 RHS: slack for the verifier
+    lam_max: float = 0.99
+    eta: float = 1e-3
+    max_boxes: int = 30_000  # branch-and-bound budget per subsystem
+    batch: int = 256
+    intermediate: str = "crown"
+    sim_steps: int = 120
+    sim_runs: int = 4
+    figure_system: str = "drones"
+
+    def validate(self) -> LyapunovConfig:
+        if not self.systems:
+            raise ValueError("systems must be non-empty")
+        for s in self.systems:
+            check_choice("systems[i]", s, tuple(SYSTEMS))
+        if len(self.n_values) < 2:
+            raise ValueError(
+                f"n_values needs >= 2 sizes for the scaling slope, got {self.n_values}")
+        for n in self.n_values + self.monolithic_n:
+            check_int("n_values[i]", n, min=1)
+        if list(self.n_values) != sorted(set(self.n_values)):
+            raise ValueError(f"n_values must be increasing, got {self.n_values}")
+        check_scalar("dt", self.dt, gt=0.0)
+        check_int("max_delay", self.max_delay, min=0)
+        check_scalar("w_max", self.w_max, ge=0.0)
+        for name in ("hidden", "steps", "rounds", "samples", "cex_capacity", "chunk",
+                     "max_boxes", "batch", "sim_steps", "sim_runs"):
+            check_int(name, getattr(self, name), min=1)
+        check_scalar("margin", self.margin, ge=0.0, lt=1.0)
+        check_scalar("lam_max", self.lam_max, gt=0.0, lt=1.0)
+        check_scalar("eta", self.eta, ge=0.0, lt=1.0)
+        check_choice("intermediate", self.intermediate, ("crown", "ibp"))
+        check_choice("figure_system", self.figure_system, self.systems)
+        for s in self.monolithic_systems:
+            check_choice("monolithic_systems[i]", s, self.systems)
+        return self
+
+    def synthesis(self, max_boxes: int | None = None) -> ly.SynthesisConfig:
+        return ly.SynthesisConfig(
+            hidden=self.hidden, lam_max=self.lam_max, eta=self.eta, margin=self.margin,
+            steps=self.steps, samples=self.samples, rounds=self.rounds,
+            cex_capacity=self.cex_capacity, chunk=self.chunk,
+            verify=ly.VerifyConfig(batch=self.batch, max_boxes=max_boxes or self.max_boxes,
+                                   max_counterexamples=16, intermediate=self.intermediate),
+        )
+
+
+CONFIGS = {
+    "smoke": LyapunovConfig(
+        systems=("drones",), n_values=(2, 4), monolithic_n=(2,), monolithic_train=False,
+        monolithic_systems=("drones",),
+        steps=40, rounds=1,
+        samples=64, cex_capacity=16, chunk=4, max_boxes=150, batch=64, sim_steps=30,
+        intermediate="ibp",
+        sim_runs=2,
+    ),
+    # All three systems, N up to 32, one short CEGIS round and small branch-and-bound
+    # budgets (certified fractions are budget-limited): a few minutes on 2 cores.
+    # batch=64: the queue starts from one box and doubles, so with ~300 boxes per
+    # subsystem most 256-box batches would be padding (64: ~3x less verification time).
+    "quick": LyapunovConfig(
+        monolithic_systems=("drones",), steps=60, rounds=1, samples=64, cex_capacity=16,
+        max_boxes=300, batch=64, intermediate="ibp", sim_steps=60, sim_runs=2,
+    ),
+    # The paper's scale: full budgets (a GPU, or hours on CPU).
+    "full": LyapunovConfig(
+        monolithic_n=(2, 4, 8), hidden=16, steps=1000, rounds=6, samples=512,
+        cex_capacity=256, max_boxes=2_000_000, batch=4096, sim_steps=400, sim_runs=16,
+    ),
+}
+
+METRIC_KEYS = (
+    "n_values",
+    "certified",
+    "certified_fraction",
+    "verification_seconds",
+    "synthesis_seconds",
+    "counterexamples",
+    "verification_scaling_exponent",
+    "verification_work_scaling_exponent",
+    "synthesis_scaling_exponent",
+    "boxes",
+    "verification_work",
+    "contraction",
+    "min_mu",
+    "iss_gain",
+    "tracking_error_rms",
+    "iss_bound_violations",
+    "monolithic_certified_fraction",
+    "monolithic_verification_seconds",
+    "monolithic_verification_work",
+    "monolithic_dims",
+    "local_dims",
+)
+
+
+def make_system(name: str, n: int, config: LyapunovConfig) -> ly.InterconnectedSystem:
+    return SYSTEMS[name](n, dt=config.dt, max_delay=config.max_delay, w_max=config.w_max)
+
+
+# --------------------------------------------------------------------------- closed loop
+
+
+def closed_loop(system, cert, reach, key, config):
+    """RMS of the first state component under disturbances and random delays (from rest),
+    and the ISS bound checked along runs started on the boundary of the certified set."""
+    rep = ct.gain_report(cert, system)
+    lam = min(rep.lam, 1.0 - 1e-6)
+    rms, violations, tr, V = _closed_loop(system, cert, key, jnp.asarray(rep.mu, jnp.float32),
+                                          lam, config.sim_steps, config.sim_runs)
+    return float(rms), int(violations), np.asarray(tr), np.asarray(V)
+
+
+@eqx.filter_jit
+def _closed_loop(system, cert, key, mu, lam, steps, runs):
+    k_w, k_d, k_x = jax.random.split(key, 3)
+    w = system.w_max * jax.random.uniform(
+        k_w, (runs, steps, system.n_sub, system.n_w), minval=-1.0, maxval=1.0)
+    own, link = jax.vmap(lambda k: ly.systems._random_delays(k, steps, system))(
+        jax.random.split(k_d, runs))
+    sim = jax.vmap(lambda x0, ww, od, ld: ly.systems._simulate(system, x0, ww, od, ld))
+    tr = sim(jnp.zeros((runs, system.n_sub, system.n)), w, own, link)
+    rms = jnp.sqrt(jnp.mean(jnp.square(tr[..., 0])))
+    # Start on the certified set's boundary: x0_i scaled so that V_i(x0_i) = 0.99 mu_i.
+    dirs = jax.random.normal(k_x, (runs, system.n_sub, system.n)) * system.state_box
+    v = jax.vmap(lambda x: ct.values(cert, system, x))(dirs)
+    x0 = dirs * jnp.sqrt(0.99 * mu / jnp.maximum(v, 1e-12))[..., None]
+    tr = sim(x0, w, own, link)
+    V = jax.vmap(lambda t: ct.values(cert, system, t))(tr) / mu  # (runs, T+1, N)
+    win = 2 * system.max_delay + 1
+    _, _, c = ct.gains(cert, system)
+    e = jnp.max((c * system.w_max**2 + cert.eta) / mu)
+    k = jnp.arange(V.shape[1])
+    # Running window maximum (constant initial history: W(0) = max_i V_i(0) / mu_i).
+    Wk = jax.lax.reduce_window(jnp.max(V, -1), -jnp.inf, jax.lax.max, (1, win), (1, 1),
+                               [(0, 0), (win - 1, 0)])
+    bound = (lam ** jnp.floor(k / win))[None] * jnp.max(V[:, 0], -1)[:, None] + e / (1.0 - lam)
+    violations = jnp.sum(Wk > bound * (1.0 + 1e-5) + 1e-6)
+    return rms, violations, tr[0], V[0]
+
+
+# --------------------------------------------------------------------------- run
+
+
+def run(config: LyapunovConfig, out_dir: str | Path, *, seed: int = 0,
+        progress: bool = True) -> Report:
+    """Synthesise and verify certificates for every (system, N); write metrics and figures."""
+    config.validate()
+    check_int("seed", seed, min=0)
+    report = Report("lyapunov: neural vector Lyapunov-Razumikhin certificates", out_dir)
+    key = jax.random.key(seed)
+    S, Ns = config.systems, config.n_values
+    shape = (len(S), len(Ns))
+    m = {k: np.zeros(shape) for k in (
+        "certified", "certified_fraction", "verification_seconds", "synthesis_seconds",
+        "counterexamples", "boxes", "contraction", "min_mu", "iss_gain",
+        "tracking_error_rms", "iss_bound_violations", "compile_seconds", "rounds",
+        "row_sum_max", "spectral_radius")}
+    local_dims = np.zeros(len(S))
+    MS = config.monolithic_systems
+    mono = {k: np.full((len(MS), len(config.monolithic_n)), np.nan) for k in (
+        "certified_fraction", "verification_seconds", "dims", "synthesis_seconds", "boxes")}
+    figure_data = None
+    t0 = time.perf_counter()
+    total = len(S) * len(Ns) + len(MS) * len(config.monolithic_n)
+    bar = tqdm(total=total, desc="lyapunov", disable=not progress, leave=False)
+    for si, name in enumerate(S):
+        for ni, n in enumerate(Ns):
+            bar.set_postfix(system=name, N=n)
+            sy = make_system(name, n, config)
+            k = jax.random.fold_in(key, 1000 * si + n)
+            res = ly.synthesize(sy, k, config.synthesis())
+            ver = res.verification
+            rms, viol, tr, V = closed_loop(sy, res.cert, res.reach, jax.random.fold_in(k, 7),
+                                           config)
+            local_dims[si] = ly.input_layout(sy).size
+            for key_, val in (
+                ("certified", float(ver.certified)),
+                ("certified_fraction", ver.certified_fraction),
+                ("verification_seconds", ver.seconds),
+                ("synthesis_seconds", res.seconds),
+                ("counterexamples", res.counterexamples),
+                ("boxes", ver.boxes),
+                ("contraction", ver.gains.lam),
+                ("min_mu", float(np.min(ver.gains.mu))),
+                ("iss_gain", ver.gains.iss_gain),
+                ("tracking_error_rms", rms),
+                ("iss_bound_violations", viol),
+                ("compile_seconds", ver.compile_seconds),
+                ("rounds", res.rounds),
+                ("row_sum_max", ver.gains.row_sum_max),
+                ("spectral_radius", ver.gains.spectral_radius),
+            ):
+                m[key_][si, ni] = val
+            if name == config.figure_system and figure_data is None and n >= 2:
+                figure_data = (sy, res.cert, res.reach, tr, V)
+            bar.update()
+        for mi, n in enumerate(config.monolithic_n if name in MS else ()):
+            si_m = MS.index(name)
+            bar.set_postfix(system=f"{name} monolithic", N=n)
+            big = ly.monolithic(make_system(name, n, config))
+            k = jax.random.fold_in(key, 100_000 + 1000 * si + n)
+            # Same total box budget as the compositional verification of this N.
+            syn = config.synthesis(max_boxes=n * config.max_boxes)
+            if not config.monolithic_train:
+                syn = dataclasses.replace(syn, steps=0, rounds=1)
+            res = ly.synthesize(big, k, syn)
+            mono["certified_fraction"][si_m, mi] = res.verification.certified_fraction
+            mono["verification_seconds"][si_m, mi] = res.verification.seconds
+            mono["synthesis_seconds"][si_m, mi] = res.seconds
+            mono["boxes"][si_m, mi] = res.verification.boxes
+            mono["dims"][si_m, mi] = ly.input_layout(big).size
+            bar.update()
+    bar.close()
+    # Work: boxes bounded x dimension of each box (every box costs one CROWN pass over
+    # the local input; deterministic, unlike wall clock on a shared machine).
+    m["verification_work"] = m["boxes"] * local_dims[:, None]
+    mono_work = mono["boxes"] * mono["dims"]
+    metrics = {k: v for k, v in m.items()}
+    metrics.update({
+        "systems": list(S),
+        "n_values": list(Ns),
+        "verification_scaling_exponent": _loglog_slope(Ns, m["verification_seconds"]),
+        "verification_work_scaling_exponent": _loglog_slope(Ns, m["verification_work"]),
+        "synthesis_scaling_exponent": _loglog_slope(Ns, m["synthesis_seconds"]),
+        "monolithic_n": list(config.monolithic_n),
+        "monolithic_systems": list(MS),
+        "monolithic_certified_fraction": mono["certified_fraction"],
+        "monolithic_verification_seconds": mono["verification_seconds"],
+        "monolithic_synthesis_seconds": mono["synthesis_seconds"],
+        "monolithic_boxes": mono["boxes"],
+        "monolithic_verification_work": mono_work,
+        "monolithic_dims": mono["dims"],
+        "local_dims": local_dims,
+        "wall_time_s": time.perf_counter() - t0,
+        "config": dataclasses.asdict(config),
+        "seed": seed,
+    })
+    report.metrics = metrics
+    report.add_figure(plot_scaling(config, metrics), "verification_time.png",
+                      "Verification time (branch-and-bound, compilation excluded; left) and "
+                      "work (boxes bounded x box dimension; right) against the number of "
+                      "subsystems N, log-log; dotted: slope 1; crosses: the monolithic "
+                      "certificate with the same total box budget.")
+    if figure_data is not None:
+        report.add_figure(plot_level_sets(*figure_data), "level_sets.png",
+                          f"{config.figure_system}, subsystem 1: level sets of V_1 (the "
+                          "certified invariant set V_1 <= mu_1 in black) and closed-loop "
+                          "trajectories of subsystem 1 started on its boundary, under "
+                          "disturbances and random delays.")
+    report.add_text(summary_markdown(config, metrics))
+    report.write()
+    return report
+
+
+def _loglog_slope(n_values, y):
+    """Least-squares slope of log(y) against log(N), one per row of ``y``."""
+    logn = np.log(np.asarray(n_values, float))
+    return np.array([np.polyfit(logn, np.log(np.maximum(row, 1e-9)), 1)[0] for row in y])
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def plot_scaling(config, m):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
+    Ns = np.asarray(config.n_values, float)
+    panels = (("verification_seconds", "monolithic_verification_seconds",
+               "verification_scaling_exponent", "verification time [s]"),
+              ("verification_work", "monolithic_verification_work",
+               "verification_work_scaling_exponent", "work: boxes x box dimension"))
+    for ax, (key, mono_key, slope_key, ylabel) in zip(axes, panels, strict=True):
+        for i, name in enumerate(config.systems):
+            y = np.maximum(m[key][i], 1e-4)
+            ax.loglog(Ns, y, "o-", label=f"{name} (slope {m[slope_key][i]:.2f})")
+            if name in config.monolithic_systems:
+                mi = config.monolithic_systems.index(name)
+                mn = np.asarray(config.monolithic_n, float)
+                ax.loglog(mn, np.maximum(m[mono_key][mi], 1e-4), "x--",
+                          color=ax.lines[-1].get_color(), ms=9, label=f"{name} monolithic")
+        ref = np.maximum(m[key][:, 0].mean(), 1e-4) * Ns / Ns[0]
+        ax.loglog(Ns, ref, "k:", lw=1, label="slope 1")
+        ax.set_xticks(Ns)
+        ax.set_xticklabels([str(int(n)) for n in Ns])
+        ax.minorticks_off()
+        ax.set_xlabel("number of subsystems N")
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize=7)
+    return fig
+
+
+def plot_level_sets(system, cert, reach, tr, V):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    i = 1 if system.n_sub > 1 else 0
+    r = np.asarray(system.state_box[i])
+    g0, g1 = np.meshgrid(np.linspace(-r[0], r[0], 121), np.linspace(-r[1], r[1], 121))
+    X = jnp.asarray(np.stack([g0, g1], -1).reshape(-1, 2), jnp.float32)
+    vals = np.asarray(jax.vmap(lambda x: ct.value(cert, system, i, x))(X)).reshape(g0.shape)
+    mu = ct.gain_report(cert, system).mu[i]
+    fig, ax = plt.subplots(figsize=(5, 4.2), constrained_layout=True)
+    cs = ax.contourf(g0, g1, np.log10(vals + 1e-6), levels=20, cmap="viridis")
+    ax.contour(g0, g1, vals, levels=[mu], colors="k", linewidths=2)
+    ax.plot(tr[:, i, 0], tr[:, i, 1], "w-", lw=1.2)
+    ax.plot(tr[0, i, 0], tr[0, i, 1], "wo", ms=5)
+    fig.colorbar(cs, ax=ax, label="log10 V_1")
+    ax.set_xlabel("x_1[0]")
+    ax.set_ylabel("x_1[1]")
+    ax.set_title(f"{system.name}: V_1 level sets, mu_1 = {mu:.3f}")
+    return fig
+
+
+def summary_markdown(config, m) -> str:
+    lines = [
+        "| system | N | certified | fraction | verify s | synth s | cex | boxes | lam | "
+        "min mu | ISS gain | RMS error |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for i, name in enumerate(config.systems):
+        for j, n in enumerate(config.n_values):
+            lines.append(
+                f"| {name} | {n} | {'yes' if m['certified'][i, j] else 'no'} | "
+                f"{m['certified_fraction'][i, j]:.4f} | {m['verification_seconds'][i, j]:.2f} | "
+                f"{m['synthesis_seconds'][i, j]:.1f} | {int(m['counterexamples'][i, j])} | "
+                f"{int(m['boxes'][i, j])} | {m['contraction'][i, j]:.3f} | "
+                f"{m['min_mu'][i, j]:.3g} | {m['iss_gain'][i, j]:.3g} | "
+                f"{m['tracking_error_rms'][i, j]:.3g} |")
+    lines += ["", "Slope in log N of verification wall-clock time (load-dependent) and of "
+              "verification work (boxes x box dimension, deterministic):", ""]
+    lines += [f"- {s}: time {t:.2f}, work {w:.2f}" for s, t, w in zip(
+        config.systems, m["verification_scaling_exponent"],
+        m["verification_work_scaling_exponent"], strict=True)]
+    lines += ["", "| system | N | monolithic dims | fraction | verify s | work | local dims |",
+              "|---|---|---|---|---|---|---|"]
+    for i, name in enumerate(config.monolithic_systems):
+        k = config.systems.index(name)
+        for j, n in enumerate(config.monolithic_n):
+            lines.append(
+                f"| {name} | {n} | {int(m['monolithic_dims'][i, j])} | "
+                f"{m['monolithic_certified_fraction'][i, j]:.4f} | "
+                f"{m['monolithic_verification_seconds'][i, j]:.2f} | "
+                f"{int(m['monolithic_verification_work'][i, j])} | {int(m['local_dims'][k])} |")
+    if not math.isfinite(float(np.sum(m["verification_seconds"]))):
+        lines.append("(non-finite timings)")
+    return "\n".join(lines)

@@ -98,3 +98,14 @@ class Report:
         body = [f"# {self.name}\n"] + self.sections
         (self.out_dir / "report.md").write_text("\n".join(body))
         return self.out_dir
+
+
+def pyplot():
+    """``matplotlib.pyplot`` on the non-interactive Agg backend: experiments save
+    figures to files and must run on machines without a display."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt

@@ -22,6 +22,7 @@ import optax
 from tqdm.auto import tqdm
 
 from jaxsci.core import Report, TrainConfig, fit
+from jaxsci.core.results import pyplot
 from jaxsci.core.validation import check_int, check_scalar
 from jaxsci.dynamics import bioflow as bf
 from jaxsci.ml import flow_matching as fm
@@ -176,10 +177,7 @@ def run(
 
 
 def _plot(ctx, fut, preds, prior):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     c, h = ctx.shape[1], fut.shape[1]
     tc, tf = np.arange(c), np.arange(c, c + h)

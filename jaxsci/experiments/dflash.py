@@ -39,6 +39,7 @@ from scipy import stats
 from tqdm.auto import tqdm
 
 from jaxsci.core import Report
+from jaxsci.core.results import pyplot
 from jaxsci.core.validation import check_choice, check_int, check_scalar
 from jaxsci.ml import dflash as df
 from jaxsci.ml.lm import corpora, decode, training
@@ -515,10 +516,7 @@ def _sampling_check(config, target, drafter, prompt, key, progress):
 
 
 def _plot_acceptance(m, ar_sizes, ar_tau):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     tasks, Bs = m["grid_tasks"], m["grid_block_sizes"]
     fig, axes = plt.subplots(1, len(tasks), figsize=(3.6 * len(tasks), 3.2), squeeze=False)

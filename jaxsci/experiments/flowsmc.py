@@ -32,6 +32,7 @@ from flax import nnx
 from tqdm.auto import tqdm
 
 from jaxsci.core import Report, TrainConfig, fit, sweep
+from jaxsci.core.results import pyplot
 from jaxsci.core.validation import check_int, check_scalar
 from jaxsci.ml import flow_matching as fm
 from jaxsci.ml import flowsmc as fs
@@ -413,10 +414,7 @@ def run(
 
 
 def _plot_samples(s, config):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rng = np.random.default_rng(0)
     fig, axes = plt.subplots(1, 4, figsize=(16, 4), sharex=True, sharey=True)

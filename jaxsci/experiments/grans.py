@@ -33,6 +33,7 @@ from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
 from jaxsci.core import Report, TrainConfig, fit
+from jaxsci.core.results import pyplot
 from jaxsci.core.validation import check_choice, check_int, check_scalar
 from jaxsci.solvers import fem, krylov
 from jaxsci.solvers import grans as gr
@@ -397,10 +398,7 @@ def _summarise(config, results, train_seconds, op_res, op_err):
 
 
 def _figures(report, curves, example, config):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     key = next(iter(curves))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))

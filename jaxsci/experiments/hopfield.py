@@ -26,6 +26,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from jaxsci.core import Report, sweep, to_jsonable
+from jaxsci.core.results import pyplot
 from jaxsci.core.validation import check_int, check_scalar
 from jaxsci.dynamics import hopfield as hf
 
@@ -309,10 +310,7 @@ def analyse(config, alphas, temps, grids) -> dict:
 
 
 def plot_phase_diagrams(config, alphas, temps, grids):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     t_fine = np.linspace(1e-3, temps.max() * 1.05, 300)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)

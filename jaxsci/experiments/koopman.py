@@ -48,6 +48,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from jaxsci.core import Report
+from jaxsci.core.results import pyplot
 from jaxsci.core.validation import check_choice, check_int, check_scalar
 from jaxsci.dynamics import koopman as kp
 from jaxsci.dynamics import pde
@@ -574,17 +575,8 @@ def _rom(config, fitted, coords, test, key):
 # --------------------------------------------------------------------------- figures
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_snapshots(examples: dict, config: KoopmanConfig):
-    plt = _plt()
+    plt = pyplot()
     hs = (0, *config.horizons)
     rows = [(name, kind) for name in examples for kind in ("truth", "linear", "memory", "dmd")]
     fig, axes = plt.subplots(
@@ -609,7 +601,7 @@ def plot_snapshots(examples: dict, config: KoopmanConfig):
 
 
 def plot_errors(curves: dict):
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(curves), figsize=(5 * len(curves), 3.6), squeeze=False,
                              constrained_layout=True)
     style = {"linear": ("C0", "-"), "memory": ("C1", "-"), "dmd": ("k", "--"),
@@ -627,7 +619,7 @@ def plot_errors(curves: dict):
 
 
 def plot_spectra(spectra: dict):
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(spectra), figsize=(4 * len(spectra), 4), squeeze=False,
                              constrained_layout=True)
     th = np.linspace(0, 2 * np.pi, 400)

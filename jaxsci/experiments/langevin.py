@@ -30,6 +30,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from jaxsci.core import Report
+from jaxsci.core.results import pyplot
 from jaxsci.core.validation import check_choice, check_int, check_scalar
 from jaxsci.dynamics import langevin as lg
 
@@ -208,17 +209,8 @@ def run(
     return report
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_error_vs_tau(c, m):
-    plt = _plt()
+    plt = pyplot()
     n = len(c.systems)
     fig, axes = plt.subplots(1, n, figsize=(4 * n, 3.5), constrained_layout=True, squeeze=False)
     taus = np.asarray(c.taus)
@@ -235,7 +227,7 @@ def plot_error_vs_tau(c, m):
 
 
 def plot_fields(fields):
-    plt = _plt()
+    plt = pyplot()
     names = ("true", "direct", "geometric", "augmented")
     n = len(fields)
     fig, axes = plt.subplots(n, 4, figsize=(13, 3.2 * n), constrained_layout=True, squeeze=False)

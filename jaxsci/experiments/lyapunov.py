@@ -34,6 +34,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from jaxsci.core import Report
+from jaxsci.core.results import pyplot
 from jaxsci.core.validation import check_choice, check_int, check_scalar
 from jaxsci.dynamics import lyapunov as ly
 from jaxsci.dynamics.lyapunov import certificates as ct
@@ -332,10 +333,7 @@ def _loglog_slope(n_values, y):
 
 
 def plot_scaling(config, m):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
     Ns = np.asarray(config.n_values, float)
@@ -364,10 +362,7 @@ def plot_scaling(config, m):
 
 
 def plot_level_sets(system, cert, reach, tr, V):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     i = 1 if system.n_sub > 1 else 0
     r = np.asarray(system.state_box[i])

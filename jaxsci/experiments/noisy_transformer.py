@@ -25,6 +25,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from jaxsci.core import Report, product_grid, sweep
+from jaxsci.core.results import pyplot
 from jaxsci.core.sphere import sample_uniform
 from jaxsci.core.validation import check_choice, check_int, check_scalar
 from jaxsci.dynamics import noisy_transformer as nt
@@ -244,10 +245,7 @@ def sde_vs_layers(key, config) -> list[float]:
 
 
 def plot_phase(config, p_mc, se, crit):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2), constrained_layout=True)
     fine = np.linspace(0.0, max(config.betas) * 1.05, 200)
@@ -266,10 +264,7 @@ def plot_phase(config, p_mc, se, crit):
 
 
 def plot_paths(ts, rho, d, beta):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 3.5), constrained_layout=True)
     for r in rho:

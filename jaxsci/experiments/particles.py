@@ -31,6 +31,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from jaxsci.core import Report, product_grid, sweep
+from jaxsci.core.results import pyplot
 from jaxsci.core.sphere import sample_uniform
 from jaxsci.core.validation import check_choice, check_int, check_scalar
 from jaxsci.dynamics import particles as pt
@@ -248,10 +249,7 @@ def analyse(config: ParticlesConfig, results) -> dict:
 
 
 def plot_configurations(config, results):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     att = results[None]
     w = config.widths[-1]
@@ -283,10 +281,7 @@ def plot_configurations(config, results):
 
 
 def plot_cluster_counts(config, results):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     betas = np.asarray(config.betas)
     fig, ax = plt.subplots(figsize=(6, 4), constrained_layout=True)

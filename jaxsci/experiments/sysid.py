@@ -28,6 +28,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from jaxsci.core import Report, product_grid, sweep
+from jaxsci.core.results import pyplot
 from jaxsci.core.validation import check_choice, check_int, check_scalar
 from jaxsci.dynamics import sysid as sid
 
@@ -209,17 +210,8 @@ def crossing_p(probs: np.ndarray, values: np.ndarray, level: float) -> tuple[flo
     return float(p0 + (level - v0) * (p1 - p0) / (v1 - v0)), False
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_error_vs_L(c, m):
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 4), constrained_layout=True)
     lengths = np.asarray(m["lengths"])
     ax.semilogy(lengths, m["err_l2_vs_L_at_fixed_p"], "o-", label=f"l2-norm, p={c.fixed_p}")
@@ -236,7 +228,7 @@ def plot_error_vs_L(c, m):
 
 
 def plot_error_vs_p(c, m):
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 4), constrained_layout=True)
     probs = np.asarray(m["probs"])
     for i, L in enumerate(m["lengths"]):

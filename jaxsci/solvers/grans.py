@@ -22,13 +22,24 @@ For symmetric positive definite ``A`` step 3 minimises the A-norm of the error o
 before the projection, and the projected system gets a relative ridge ``eps`` so a
 rank-deficient ``V_k`` cannot blow up (the bound above still holds with the ridge).
 
+For non-symmetric or indefinite ``A`` the Galerkin condition guarantees nothing: the
+projected matrix can be (nearly) singular and the step unbounded. The exact
+alternative, ``GRANSConfig.projection = "minres"``, takes the Petrov-Galerkin
+(minimal-residual) coefficients ``c_k = argmin ||r_k - A V_k c||``
+(:func:`minres_correction`), which never increase the residual norm for any ``A``.
+
 Like every coarse-space correction, the learned one is combined with a cheap smoother
 (weighted Jacobi, ``omega = 2/3``, ``nu`` sweeps before and after: the standard
 two-level arrangement); the correction vectors are smoothed by the same Jacobi
 operator, as smoothed aggregation smooths its prolongator. One such cycle is
 :func:`cycle`; :func:`solve` iterates it (``lax.while_loop``); :func:`solve_fgmres`
 uses it as the right preconditioner of flexible GMRES (the issue's hybrid; flexible
-because the network makes the preconditioner nonlinear in its input).
+because the network makes the preconditioner nonlinear in its input). Weighted Jacobi
+amplifies where rows are far from diagonally dominant (convection-dominated rows,
+indefinite Helmholtz); ``GRANSConfig.smoother = "l1_jacobi"`` replaces ``a_ii`` by
+``sum_j |a_ij|`` (Baker, Falgout, Kolev & Yang 2011), convergent for every SPD ``A``.
+The defaults are the paper's Galerkin projection and weighted Jacobi; docs/grans.md
+gives the measurements behind the ``grans`` experiment's ``minres`` + ``l1_jacobi``.
 
 Training (self-supervised, progressive bootstrap)
 -------------------------------------------------
@@ -60,7 +71,13 @@ from jax.experimental import sparse as jsparse
 from jaxtyping import Array, Float, Int
 
 from jaxsci.core.train import TrainConfig, fit
-from jaxsci.core.validation import check_array, check_int, check_key, check_scalar
+from jaxsci.core.validation import (
+    check_array,
+    check_choice,
+    check_int,
+    check_key,
+    check_scalar,
+)
 from jaxsci.solvers.fem import check_system
 
 __all__ = [
@@ -77,6 +94,7 @@ __all__ = [
     "init_model",
     "basis",
     "galerkin_correction",
+    "minres_correction",
     "jacobi",
     "cycle",
     "cycle_loss",
@@ -88,6 +106,8 @@ __all__ = [
 ]
 
 SUCCESS, MAX_STEPS, BREAKDOWN = 0, 1, 2
+PROJECTIONS = ("galerkin", "minres")
+SMOOTHERS = ("jacobi", "l1_jacobi")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +124,16 @@ class GRANSConfig:
         prolongator smoothing).
       pre_smooth, post_smooth: Jacobi sweeps around each correction (standard nu = 2).
       omega: Jacobi weight (2/3, the standard choice for 2-D Laplacians).
-      ridge: relative ridge on ``V^T A V``.
+      ridge: relative ridge on the projected ``m x m`` system.
+      projection: ``"galerkin"`` (the paper's ``(V^T A V) c = V^T r``, optimal in the
+        A-norm for SPD ``A``) or ``"minres"`` (``c = argmin ||r - A V c||``, the
+        Petrov-Galerkin projection onto ``A V``; never increases the residual norm for
+        any ``A``). See :func:`galerkin_correction`, :func:`minres_correction`.
+      smoother: ``"jacobi"`` (weighted by ``omega``, the paper's arrangement) or
+        ``"l1_jacobi"`` (``D`` replaced by the row sums ``sum_j |a_ij|``, undamped;
+        Baker, Falgout, Kolev & Yang 2011: convergent for every SPD ``A`` and far less
+        amplifying than weighted Jacobi on rows that are not diagonally dominant).
+        Used for the pre/post sweeps and the basis smoothing.
     """
 
     n_basis: int = 8
@@ -116,6 +145,8 @@ class GRANSConfig:
     post_smooth: int = 2
     omega: float = 2.0 / 3.0
     ridge: float = 1e-6
+    projection: str = "galerkin"  # the issue's "differentiable Galerkin projection"
+    smoother: str = "jacobi"  # weighted Jacobi, omega = 2/3 (standard two-level choice)
 
     def validate(self) -> GRANSConfig:
         check_int("n_basis", self.n_basis, min=1)
@@ -127,6 +158,8 @@ class GRANSConfig:
         check_int("post_smooth", self.post_smooth, min=0)
         check_scalar("omega", self.omega, gt=0.0, le=1.0)
         check_scalar("ridge", self.ridge, ge=0.0)
+        check_choice("projection", self.projection, PROJECTIONS)
+        check_choice("smoother", self.smoother, SMOOTHERS)
         return self
 
 
@@ -139,6 +172,7 @@ class Graph(NamedTuple):
       edge: ``(nnz, 2)`` float32 features ``[a_ij / sqrt(|a_ii a_jj|), [i == j]]``.
       mask: ``(nnz,)`` 1 for real edges, 0 for padding.
       inv_diag: ``1 / a_ii``.
+      inv_l1: ``1 / sum_j |a_ij|`` (the l1-Jacobi smoother's diagonal).
       clusters: ``(levels, n)`` aggregate index of each unknown at each level.
     """
 
@@ -148,6 +182,7 @@ class Graph(NamedTuple):
     edge: Float[Array, "nnz 2"]
     mask: Float[Array, " nnz"]
     inv_diag: Float[Array, " n"]
+    inv_l1: Float[Array, " n"]
     clusters: Int[Array, "levels n"]
 
 
@@ -182,6 +217,8 @@ def build_graph(
             f"matrix must have a non-zero diagonal (Jacobi smoothing and the edge scaling "
             f"divide by it), got {int(np.sum(diag == 0))} zero diagonal entries"
         )
+    l1 = np.zeros(n, vals.dtype)
+    np.add.at(l1, rows, np.abs(vals))
     scale = np.sqrt(np.abs(diag))
     feat = np.stack([vals / (scale[rows] * scale[cols]), (rows == cols).astype(vals.dtype)], 1)
     m = len(vals)
@@ -210,6 +247,7 @@ def build_graph(
         edge=jnp.asarray(feat, jnp.float32),
         mask=jnp.asarray(mask),
         inv_diag=jnp.asarray(1.0 / diag, vals.dtype),
+        inv_l1=jnp.asarray(1.0 / l1, vals.dtype),
         clusters=jnp.asarray(clusters_arr),
     )
 
@@ -226,9 +264,13 @@ def matvec(graph: Graph, x: Float[Array, "n ..."]) -> Float[Array, "n ..."]:
     return jax.ops.segment_sum(vals * x[graph.cols], graph.rows, num_segments=n)
 
 
-def jacobi(graph: Graph, x, b, sweeps: int, omega: float):
-    """``sweeps`` weighted-Jacobi steps ``x <- x + omega D^{-1} (b - A x)``."""
-    d = graph.inv_diag.reshape((-1,) + (1,) * (x.ndim - 1))
+def jacobi(graph: Graph, x, b, sweeps: int, omega: float, *, l1: bool = False):
+    """``sweeps`` weighted-Jacobi steps ``x <- x + omega D^{-1} (b - A x)``.
+
+    With ``l1=True``, ``D`` is ``diag(sum_j |a_ij|)`` (l1-Jacobi; pass ``omega = 1``).
+    """
+    inv = graph.inv_l1 if l1 else graph.inv_diag
+    d = inv.reshape((-1,) + (1,) * (x.ndim - 1))
 
     def body(_, x):
         return x + omega * d * (b - matvec(graph, x))
@@ -314,7 +356,14 @@ def basis(
     zero = jnp.zeros_like(v)
     cfg = model.config
     # V <- (I - omega D^{-1} A)^s V: smooths the piecewise-constant coarse components
-    return jacobi(graph, v, zero, cfg.basis_smoothing, cfg.omega) if cfg.basis_smoothing else v
+    return _smooth(graph, v, zero, cfg.basis_smoothing, cfg) if cfg.basis_smoothing else v
+
+
+def _smooth(graph: Graph, x, b, sweeps: int, cfg: GRANSConfig):
+    """The configured smoother: weighted Jacobi (``omega``) or undamped l1-Jacobi."""
+    if cfg.smoother == "l1_jacobi":
+        return jacobi(graph, x, b, sweeps, 1.0, l1=True)
+    return jacobi(graph, x, b, sweeps, cfg.omega)
 
 
 def galerkin_correction(
@@ -334,14 +383,37 @@ def galerkin_correction(
     return q @ c
 
 
+def minres_correction(
+    apply_a: Callable[[Array], Array], v: Float[Array, "n m"], r: Float[Array, " n"],
+    ridge: float = 1e-6,
+) -> Float[Array, " n"]:
+    """The minimal-residual update ``V c``, ``c = argmin ||r - A V c||^2 + eps ||c||^2``.
+
+    The Petrov-Galerkin projection (test space ``A V`` instead of ``V``): the normal
+    equations ``(W^T W + eps I) c = W^T r`` with ``W = A Q``, ``Q`` the orthonormalised
+    ``V``, ``eps = ridge * trace(W^T W) / m``. For every ``A`` (non-symmetric,
+    indefinite) ``||r - W c|| <= ||r||``, since ``c = 0`` is admissible; the Galerkin
+    condition only gives that in the A-norm of the error, and only for SPD ``A``.
+    Same cost as :func:`galerkin_correction` (one block product ``A Q``, one ``m x m``
+    Gram matrix).
+    """
+    q, _ = jnp.linalg.qr(v)
+    w = apply_a(q)
+    g = w.T @ w
+    eps = ridge * jnp.trace(g) / g.shape[0]
+    c = jnp.linalg.solve(g + eps * jnp.eye(g.shape[0], dtype=g.dtype), w.T @ r)
+    return q @ c
+
+
 def cycle(model: GRANS, graph: Graph, r: Float[Array, " n"], weights=None) -> Float[Array, " n"]:
     """One G-RANS cycle for ``A e = r`` from ``e = 0``: pre-smooth, correct, post-smooth."""
     cfg = model.config
-    e = jacobi(graph, jnp.zeros_like(r), r, cfg.pre_smooth, cfg.omega)
+    e = _smooth(graph, jnp.zeros_like(r), r, cfg.pre_smooth, cfg)
     res = r - matvec(graph, e)
     v = basis(model, graph, res, weights)
-    e = e + galerkin_correction(lambda q: matvec(graph, q), v, res, cfg.ridge)
-    return jacobi(graph, e, r, cfg.post_smooth, cfg.omega)
+    project = minres_correction if cfg.projection == "minres" else galerkin_correction
+    e = e + project(lambda q: matvec(graph, q), v, res, cfg.ridge)
+    return _smooth(graph, e, r, cfg.post_smooth, cfg)
 
 
 def cycle_loss(model: GRANS, graph: Graph, r: Float[Array, " n"]) -> Float[Array, ""]:

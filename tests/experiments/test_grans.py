@@ -48,17 +48,24 @@ def test_quick_fewer_iterations_than_krylov_and_training_helps(quick):
 
 
 @pytest.mark.reproduce
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap (docs/grans.md): +70% advection-diffusion (mesh Peclet > 1) and "
-    "+70% Helmholtz (indefinite) do not reach 1e-5, and on 2 CPU cores G-RANS is slower "
-    "in wall-clock than CG and AMG-PCG. Strict: turns into a failure once the claim holds.",
-)
-def test_quick_paper_claim_everywhere_and_faster(quick):
+def test_quick_paper_claim_every_case_reaches_tolerance(quick):
     m = quick
-    # the paper: 1e-5 on every equation, under +-70% shifts and on unseen equations...
+    # the paper: 1e-5 on every equation, under +-70% shifts and on unseen equations
+    # (holds since the experiment uses the minimal-residual projection and l1-Jacobi;
+    # docs/grans.md, "Differences").
     assert m["grans_fgmres_converged_fraction"] == 1.0
     assert m["cross_equation_fgmres_converged_fraction"] == 1.0
     assert m["shift_fgmres_converged_fraction"] == 1.0
+
+
+@pytest.mark.reproduce
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap (docs/grans.md): on 2 CPU cores G-RANS-FGMRES is slower in "
+    "wall-clock than CG (median ratio ~0.1) and AMG-PCG. Strict: turns into a failure "
+    "once the claim holds.",
+)
+def test_quick_paper_claim_faster_than_krylov(quick):
+    m = quick
     # ...with less wall-clock time than Krylov at equal tolerance.
     assert m["median_speedup_vs_cg"] > 1.0

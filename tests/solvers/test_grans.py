@@ -59,6 +59,63 @@ def test_galerkin_step_never_increases_a_norm_error():
         np.testing.assert_allclose(np.asarray(x + dx), np.asarray(xstar), rtol=1e-8, atol=1e-10)
 
 
+def test_minres_step_never_increases_residual_and_is_optimal():
+    # For any A (here non-symmetric advection-diffusion and a random dense matrix) the
+    # minimal-residual update keeps ||r - A dx|| <= ||r||, is at least as good in the
+    # residual norm as the Galerkin update, and satisfies the optimality condition
+    # (A V)^T (r - A dx) = 0.
+    with jax.enable_x64(True):
+        p = fem.assemble(jax.random.key(3), "advection_diffusion", size=9, shift=0.7)
+        rng = np.random.default_rng(1)
+        mats = [jnp.asarray(p.matrix.toarray()),
+                jnp.asarray(rng.standard_normal((p.n, p.n)))]
+        for a in mats:
+            for trial in range(10):
+                r = jnp.asarray(rng.standard_normal(p.n))
+                v = jnp.asarray(rng.standard_normal((p.n, 1 + trial % 6)))
+                dx = gr.minres_correction(lambda q, a=a: a @ q, v, r, ridge=0.0)
+                dg = gr.galerkin_correction(lambda q, a=a: a @ q, v, r, ridge=0.0)
+                rn = r - a @ dx
+                assert float(jnp.linalg.norm(rn)) <= float(jnp.linalg.norm(r)) * (1 + 1e-12)
+                assert float(jnp.linalg.norm(rn)) <= float(
+                    jnp.linalg.norm(r - a @ dg)) * (1 + 1e-10)
+                np.testing.assert_allclose(np.asarray((a @ v).T @ rn), 0.0,
+                                           atol=1e-9 * float(jnp.linalg.norm(r)))
+                # the ridge keeps the bound exactly (c = 0 stays admissible)
+                dr = gr.minres_correction(lambda q, a=a: a @ q, v, r, ridge=1e-3)
+                assert float(jnp.linalg.norm(r - a @ dr)) <= float(jnp.linalg.norm(r))
+        # V containing the error itself: one step solves exactly
+        a = mats[0]
+        xstar = jnp.linalg.solve(a, r)
+        dx = gr.minres_correction(lambda q: a @ q, xstar[:, None], r, ridge=0.0)
+        np.testing.assert_allclose(np.asarray(dx), np.asarray(xstar), rtol=1e-8, atol=1e-10)
+
+
+def test_l1_jacobi_matches_formula_and_contracts_on_spd():
+    # l1-Jacobi x <- x + D_l1^{-1} (b - A x), D_l1 = diag(sum_j |a_ij|): for SPD A its
+    # error propagator has spectral radius < 1 (Baker, Falgout, Kolev & Yang 2011).
+    with jax.enable_x64(True):
+        p = fem.assemble(jax.random.key(5), "reaction_diffusion", size=9, shift=0.7)
+        a = p.matrix.toarray()
+        g = gr.build_graph(fem.to_bcoo(p.matrix, jnp.float64), p.coords, levels=1)
+        l1 = np.abs(a).sum(1)
+        b = np.random.default_rng(2).standard_normal(p.n)
+        x = gr.jacobi(g, jnp.zeros(p.n), jnp.asarray(b), 1, 1.0, l1=True)
+        np.testing.assert_allclose(np.asarray(x), b / l1, rtol=1e-12)
+        x2 = gr.jacobi(g, x, jnp.asarray(b), 1, 1.0, l1=True)
+        np.testing.assert_allclose(np.asarray(x2), np.asarray(x) + (b - a @ x) / l1,
+                                   rtol=1e-12)
+        prop = np.eye(p.n) - a / l1[:, None]
+        assert np.max(np.abs(np.linalg.eigvals(prop))) < 1.0
+
+
+def test_config_rejects_unknown_projection_and_smoother():
+    with pytest.raises(ValueError, match="projection"):
+        gr.GRANSConfig(projection="petrov").validate()
+    with pytest.raises(ValueError, match="smoother"):
+        gr.GRANSConfig(smoother="gauss_seidel").validate()
+
+
 def test_trained_solver_reaches_tolerance_on_heldout_problem(trained, heldout):
     _, model, _ = trained
     p = heldout

@@ -135,6 +135,27 @@ def test_box_errors_name_the_argument():
                             vf.VerifyConfig())
 
 
+def test_bab_splits_other_coordinates_when_the_steepest_is_exhausted():
+    """A box is unknown only when no coordinate can be halved: here the linear bound is
+    steepest along x0 (always the top split score), but only narrowing x1 proves the
+    condition; once x0 reaches the minimum width, x1 must be split instead."""
+    def bound_fn(lo, hi):
+        B, n = lo.shape
+        ub = ((hi[:, 1] - lo[:, 1]) - 0.3)[:, None]  # proven once x1 is <= 0.3 wide
+        coef = np.tile(np.array([1e6, 0.0], np.float32), (B, 1))
+        pts = np.stack([0.5 * (lo + hi), lo], 1)
+        vals = -np.ones((B, 2, 1), np.float32)  # no point violates: nothing is falsified
+        empty = np.zeros((B, 0), np.float32)
+        return ub, empty, empty, coef, np.zeros((B, 0, n), np.float32), pts, vals
+
+    cfg = vf.VerifyConfig(batch=64, max_boxes=10_000, min_width=0.05)
+    r = vf.branch_and_bound(bound_fn, -np.ones(2), np.ones(2), 1, np.zeros(0), cfg)
+    assert r.certified and r.unknown_fraction == 0.0
+    assert r.certified_fraction == pytest.approx(1.0)
+    # x0 halved 5 times (2 -> 0.0625 < 0.1), then x1 3 times (2 -> 0.25): 2^8 leaves.
+    assert r.boxes == 2 ** 9 - 1
+
+
 # --------------------------------------------------------------------------- systems
 
 

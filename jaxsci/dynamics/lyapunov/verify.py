@@ -19,7 +19,8 @@ A queue of boxes, processed in batches by one jitted, vmapped CROWN call:
 * otherwise the box is **split** in two along the coordinate with the largest
   ``|coefficient| x width`` of the worst condition's linear bound (BaBSR-style),
   until ``max_boxes`` boxes were bounded or a box is narrower than ``min_width``
-  (relative to the root) in that coordinate: **unknown**.
+  (relative to the root) in every coordinate: **unknown** (the split goes to the
+  best-scoring coordinate that can still be halved).
 
 The subsystem is certified when the queue empties with no falsified or unknown box.
 Soundness rests on the bounds (:mod:`.bounds`: float rounding accounted for) and on
@@ -162,12 +163,17 @@ def _bound_fn(skel, data_i, prog_i, eta, eta_reach, intermediate):
     return lambda lo, hi: fn(leaves, lo, hi)
 
 
-def _split_dims(ub, lbg, ubg, coef, gcoef, width, rel_width, limits):
+def _split_dims(ub, lbg, ubg, coef, gcoef, width, rel_width, limits, splittable):
     """Split score per coordinate, each term normalised to sum 1 over coordinates:
     the worst condition's ``|coef| width`` (BaBSR-style), for every guard undecided on
     the box its ``|coef| width`` (splitting there lets it prune the unreachable part),
     and half the relative width (so that coordinates that enter only through
-    relaxation looseness, not the linear bound's slope, are split too)."""
+    relaxation looseness, not the linear bound's slope, are split too).
+
+    Only ``splittable`` coordinates (not yet at the minimum width) compete: a box is
+    given up as unknown when none is left, not when the best-scoring coordinate is
+    exhausted (a steep guard can keep scoring highest on an already thin side).
+    Returns the chosen coordinates and whether each box had one."""
     def norm(x):
         return x / np.maximum(x.sum(-1, keepdims=True), 1e-30)
 
@@ -176,7 +182,8 @@ def _split_dims(ub, lbg, ubg, coef, gcoef, width, rel_width, limits):
     gs = np.abs(gcoef) * width[:, None, :]  # (B, G, n)
     score = score + np.sum(undecided[..., None] * norm(gs), axis=1)
     score = score + 0.5 * norm(rel_width)
-    return np.argmax(score, axis=1)
+    score = np.where(splittable, score, -np.inf)
+    return np.argmax(score, axis=1), splittable.any(axis=1)
 
 
 def branch_and_bound(bound_fn, lower, upper, n_cond, limits, config: VerifyConfig):
@@ -239,13 +246,14 @@ def branch_and_bound(bound_fn, lower, upper, n_cond, limits, config: VerifyConfi
         if split.any():
             s_lo, s_hi = cur_lo[split], cur_hi[split]
             w = s_hi - s_lo
-            dim = _split_dims(ub[split], lbg[split], ubg[split], coef[split], gcoef[split],
-                              w, w / denom * live, limits)
-            rows = np.arange(dim.size)
-            too_small = w[rows, dim] < config.min_width * denom[dim]
+            dim, can_split = _split_dims(ub[split], lbg[split], ubg[split], coef[split],
+                                         gcoef[split], w, w / denom * live, limits,
+                                         live & (w >= config.min_width * denom))
+            too_small = ~can_split
             unk_vol += float(frac_volume(s_lo[too_small], s_hi[too_small]).sum())
             keep = ~too_small
-            s_lo, s_hi, dim, rows = s_lo[keep], s_hi[keep], dim[keep], rows[: keep.sum()]
+            s_lo, s_hi, dim = s_lo[keep], s_hi[keep], dim[keep]
+            rows = np.arange(dim.size)
             mid = 0.5 * (s_lo[rows, dim] + s_hi[rows, dim])
             left_hi = s_hi.copy()
             left_hi[rows, dim] = mid

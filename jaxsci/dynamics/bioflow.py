@@ -27,16 +27,23 @@ Normalisation (:func:`normalize_windows`). Each trajectory is shifted and scaled
 its context only, ``z = (y - mean_ctx) / s``, ``s = max(std_ctx, 0.1 |mean_ctx|, 1e-3)``,
 so nothing from the future leaks into the scaling.
 
-Regime prior (:func:`regime_prior`, the paper's contribution; its exact form is not
-in the abstract, so this is our standard choice). From the context ``c`` (length C)
-and horizon H: a least-squares line over the context's last half gives the level
-and slope; the detrended context's dominant Fourier mode gives amplitude, frequency
-and phase. When that mode carries most of the detrended power (and a visible
-amplitude), the prior mean continues the full-context trend line plus the sinusoid;
-otherwise it continues the last half's trend from its end. Trends are continued with
-a slope that decays as ``exp(-tau / C)`` (a saturating extrapolation: a linear trend
-run over a long horizon overshoots every growth curve). The source is
-``x_0 = m(c) + sigma_0 eps``.
+Regime prior (:func:`regime_prior`, :class:`RegimePrior`; the paper's contribution.
+Its exact form is not in the abstract, so these are standard forecasting choices,
+picked on the training systems' prior-mean error only). Candidate regime
+extrapolations of the context ``c`` (length C) over the horizon ``h = 1..H``:
+persistence ``c_end``; a damped trend ``l + b sum_{j<=h} phi^j`` (Gardner-McKenzie,
+``phi = 0.9``, line fitted on the last 8 points); saturating growth/decay
+``y = A + B r^t`` (``r`` from the ratio of successive differences, so the trend
+decays toward its asymptote); a damped oscillation ``c0 + r^h (a cos wh + b sin wh)``
+(``w`` on a frequency grid refined twice, ``r`` on a grid including 1 for sustained
+rhythms, linear coefficients by least squares); optionally a line + sinusoid.
+Each rule is **backtested on the context itself**: fitted on ``c[:C-b]`` and scored
+(MAE ``e_k``) on the last ``b`` context steps, never on the future. The prior mean
+combines the rules' full-context forecasts with weights ``softmax(-e_k / (T min e))``
+(``T = 0`` selects the best). The source is ``x_0 = m(c) + sigma(h) eps`` with
+``sigma(h) = max(sigma_min, sigma_scale * rmse_b * sqrt(h / b))``, ``rmse_b`` the
+combined forecast's backtest RMSE: wide where the context is hard to extrapolate,
+growing with the horizon.
 
 Model (:class:`ConditionalVelocity`, equinox): an MLP ``v(t, x, c)`` on the future
 window ``x``, the context ``c`` and Fourier features of ``t``, trained with the CFM
@@ -48,6 +55,8 @@ MAE is that of the sample mean, CRPS the sample estimate
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -70,6 +79,9 @@ __all__ = [
     "make_benchmark",
     "label_regime",
     "normalize_windows",
+    "PRIOR_CANDIDATES",
+    "RegimePrior",
+    "PriorFit",
     "regime_prior",
     "ConditionalVelocity",
     "cfm_loss",
@@ -415,44 +427,217 @@ def normalize_windows(
     return z[:, :context], z[:, context:], mu, s
 
 
-def regime_prior(context: Float[Array, "m C"], horizon: int) -> Float[Array, "m H"]:
-    """The regime prior's mean over the horizon: damped trend + dominant oscillation."""
+PRIOR_CANDIDATES = ("persistence", "damped_trend", "saturating", "damped_oscillation",
+                    "sinusoid")
+
+
+@dataclasses.dataclass(frozen=True)
+class RegimePrior:
+    """Options of the structured regime prior (module docstring; all our choices).
+
+    ``candidates``: extrapolation rules among :data:`PRIOR_CANDIDATES`. ``backtest``:
+    length ``b`` of the context's last part that each rule forecasts after fitting on
+    the rest. ``temperature``: combination weights ``softmax(-e_k / (T min_k e_k))``
+    of the backtest errors ``e_k``; ``0`` selects the best rule. ``phi``: damping
+    of the damped trend (Gardner-McKenzie). ``trend_window``: points of the trend's
+    line fit. ``sigma_scale``, ``sigma_min``: source width
+    ``max(sigma_min, sigma_scale * rmse_backtest * sqrt(h / b))`` at horizon step h.
+    """
+
+    candidates: tuple[str, ...] = ("persistence", "damped_trend", "saturating",
+                                   "damped_oscillation")
+    backtest: int = 8
+    temperature: float = 0.5
+    phi: float = 0.9
+    trend_window: int = 8
+    sigma_scale: float = 1.0
+    sigma_min: float = 0.1
+    n_freq: int = 64
+
+    def validate(self) -> RegimePrior:
+        if not self.candidates or any(c not in PRIOR_CANDIDATES for c in self.candidates):
+            raise ValueError(f"candidates must be a non-empty subset of {list(PRIOR_CANDIDATES)},"
+                             f" got {self.candidates!r}")
+        check_int("backtest", self.backtest, min=1)
+        check_int("trend_window", self.trend_window, min=2)
+        check_int("n_freq", self.n_freq, min=2)
+        check_scalar("temperature", self.temperature, ge=0.0)
+        check_scalar("phi", self.phi, gt=0.0, le=1.0)
+        check_scalar("sigma_scale", self.sigma_scale, ge=0.0)
+        check_scalar("sigma_min", self.sigma_min, gt=0.0)
+        return self
+
+
+class PriorFit(NamedTuple):
+    """The regime prior of each context: source mean and width over the horizon, the
+    candidates' combination weights and backtest errors (MAE on the context's end)."""
+
+    mean: Float[Array, "m H"]
+    sigma: Float[Array, "m H"]
+    weights: Float[Array, "m K"]
+    backtest_error: Float[Array, "m K"]
+
+
+def regime_prior(
+    context: Float[Array, "m C"], horizon: int, spec: RegimePrior = RegimePrior()
+) -> PriorFit:
+    """The structured regime prior of every context (module docstring), vmapped."""
     check_array("context", context, ndim=2, dtype="floating")
     if context.shape[1] < 4:
         raise ValueError(f"context must have at least 4 time steps, got shape {context.shape}")
     horizon = check_int("horizon", horizon, min=1)
-    return jax.vmap(lambda c: _prior_one(c, horizon))(context)
+    spec.validate()
+    if spec.backtest > context.shape[1] - 4:
+        raise ValueError(f"backtest must be <= context length - 4 = {context.shape[1] - 4}, "
+                         f"got {spec.backtest}")
+    return _prior_jit(context, horizon, spec)
 
 
-def _prior_one(c, horizon):
-    n = c.shape[0]
-    tau = jnp.arange(n, dtype=c.dtype)
-    half = n // 2
-    # Trend: least squares over the last half of the context.
-    th, ch = tau[half:], c[half:]
-    slope = jnp.sum((th - th.mean()) * (ch - ch.mean())) / jnp.sum((th - th.mean()) ** 2)
-    level = ch.mean() + slope * (n - 1 - th.mean())
-    # Oscillation: the dominant Fourier mode of the linearly detrended context picks the
-    # frequency; line and sinusoid are then fitted jointly by least squares (a line
-    # alone is correlated with a sinusoid over a finite window).
-    a_all = jnp.polyfit(tau, c, 1)
-    spec = jnp.fft.rfft(c - jnp.polyval(a_all, tau))
-    k = jnp.argmax(jnp.abs(spec[1:])) + 1
-    freq = 2.0 * jnp.pi * k / n
-    basis = jnp.stack([jnp.ones_like(tau), tau, jnp.cos(freq * tau), jnp.sin(freq * tau)], 1)
-    coef = jnp.linalg.lstsq(basis, c)[0]
-    amp = jnp.hypot(coef[2], coef[3])
-    fut = jnp.arange(1, horizon + 1, dtype=c.dtype)
-    # Oscillatory when the mode carries most of the detrended power, visibly.
-    power = jnp.abs(spec[k]) ** 2 / (jnp.sum(jnp.abs(spec[1:]) ** 2) + 1e-12)
-    osc_on = (power > 0.3) & (amp > 0.1 * (jnp.max(c) - jnp.min(c) + 1e-12))
-    ramp = n * (1.0 - jnp.exp(-fut / n))  # tau for tau << C, saturating at C
-    t_f = n - 1 + fut
-    osc = (coef[0] + coef[1] * (n - 1) + coef[1] * ramp
-           + coef[2] * jnp.cos(freq * t_f) + coef[3] * jnp.sin(freq * t_f))
-    # Otherwise: the last half's trend, continued from its end.
-    trend = level + slope * ramp
-    return jnp.where(osc_on, osc, trend)
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _prior_jit(context, horizon, spec):
+    return jax.vmap(lambda c: _prior_one(c, horizon, spec))(context)
+
+
+def _lsq(basis, y):
+    """Least squares with normalised columns and a tiny ridge: (coef, residual sum)."""
+    scale = jnp.sqrt(jnp.sum(basis**2, 0)) + 1e-12
+    b = basis / scale
+    a = b.T @ b + 1e-6 * jnp.eye(b.shape[1], dtype=y.dtype)
+    coef = _solve_small_spd(a, b.T @ y)
+    return coef / scale, jnp.sum((y - b @ coef) ** 2)
+
+
+def _solve_small_spd(a, rhs):
+    """``a^{-1} rhs`` for a small SPD matrix by an unrolled Cholesky factorisation.
+
+    Elementwise operations only: LAPACK calls nested in several ``vmap``s made XLA's
+    CPU compile of the whole prior take minutes."""
+    k = a.shape[0]
+    low = [[None] * k for _ in range(k)]
+    for i in range(k):
+        for j in range(i + 1):
+            acc = a[i, j] - sum(low[i][q] * low[j][q] for q in range(j))
+            low[i][j] = jnp.sqrt(jnp.maximum(acc, 1e-12)) if i == j else acc / low[j][j]
+    z = []
+    for i in range(k):
+        z.append((rhs[i] - sum(low[i][q] * z[q] for q in range(i))) / low[i][i])
+    x = [None] * k
+    for i in reversed(range(k)):
+        x[i] = (z[i] - sum(low[q][i] * x[q] for q in range(i + 1, k))) / low[i][i]
+    return jnp.stack(x)
+
+
+def _damped_sum(phi, horizon, dtype):
+    """``sum_{j=1..h} phi^j`` for ``h = 1..horizon``."""
+    return jnp.cumsum(phi ** jnp.arange(1, horizon + 1, dtype=dtype))
+
+
+def _c_persistence(y, horizon, spec):
+    return jnp.full((horizon,), y[-1])
+
+
+def _c_damped_trend(y, horizon, spec):
+    k = min(spec.trend_window, y.shape[0])
+    s = jnp.arange(k, dtype=y.dtype) - (k - 1)
+    coef, _ = _lsq(jnp.stack([jnp.ones_like(s), s], 1), y[-k:])
+    return coef[0] + coef[1] * _damped_sum(spec.phi, horizon, y.dtype)
+
+
+def _c_saturating(y, horizon, spec):
+    # Exponential approach to an asymptote, y_t = A + B r^t: successive differences
+    # shrink by r. r from the last half's differences, the last difference refitted.
+    d = jnp.diff(y)
+    k = d.shape[0] // 2
+    a, b = d[-k - 1:-1], d[-k:]
+    r = jnp.clip(jnp.sum(a * b) / (jnp.sum(a * a) + 1e-12), 0.0, 0.98)
+    u = r ** jnp.arange(k - 1, -1, -1, dtype=y.dtype)  # r^(end - t) in (0, 1]
+    last = jnp.sum(b * u**3) / (jnp.sum(u**2) + 1e-12)  # LS of b_t u_t^2 = D u_t
+    return y[-1] + last * _damped_sum(r, horizon, y.dtype)
+
+
+def _fit_frequency(y, basis_fn, spec):
+    """Best frequency (cycles/step) of ``basis_fn(omega)``: a grid, then two zooms."""
+    m = y.shape[0]
+    lo, hi = 0.5 / m, 0.45
+    grid = jnp.linspace(lo, hi, spec.n_freq, dtype=y.dtype)
+
+    def rss(f):
+        return _lsq(basis_fn(2 * jnp.pi * f), y)[1]
+
+    f = grid[jnp.argmin(jax.vmap(rss)(grid))]
+    step = (hi - lo) / (spec.n_freq - 1)
+    for _ in range(2):  # two zooms of 16 sub-steps around the best frequency
+        fine = jnp.clip(f + jnp.linspace(-step, step, 17, dtype=y.dtype), lo, hi)
+        f = fine[jnp.argmin(jax.vmap(rss)(fine))]
+        step = step / 8
+    return f
+
+
+_DAMPING = (0.85, 0.9, 0.94, 0.97, 0.985, 1.0)
+
+
+def _c_damped_oscillation(y, horizon, spec):
+    # c + r^s (a cos ws + b sin ws), s = t - end: (w, r) on a grid, (c, a, b) by least
+    # squares; r = 1 is a sustained sinusoid around a level.
+    m = y.shape[0]
+    s = jnp.arange(m, dtype=y.dtype) - (m - 1)
+
+    def basis(w, r):
+        e = r**s
+        return jnp.stack([jnp.ones_like(s), e * jnp.cos(w * s), e * jnp.sin(w * s)], 1)
+
+    def best_for(r):
+        f = _fit_frequency(y, lambda w: basis(w, r), spec)
+        coef, res = _lsq(basis(2 * jnp.pi * f, r), y)
+        return f, coef, res
+
+    rs = jnp.asarray(_DAMPING, y.dtype)
+    f, coef, res = jax.vmap(best_for)(rs)
+    i = jnp.argmin(res)
+    w, r, coef = 2 * jnp.pi * f[i], rs[i], coef[i]
+    h = jnp.arange(1, horizon + 1, dtype=y.dtype)
+    return coef[0] + r**h * (coef[1] * jnp.cos(w * h) + coef[2] * jnp.sin(w * h))
+
+
+def _c_sinusoid(y, horizon, spec):
+    # Line + sinusoid fitted jointly; the line continued as a damped trend.
+    m = y.shape[0]
+    s = jnp.arange(m, dtype=y.dtype) - (m - 1)
+
+    def basis(w):
+        return jnp.stack([jnp.ones_like(s), s, jnp.cos(w * s), jnp.sin(w * s)], 1)
+
+    w = 2 * jnp.pi * _fit_frequency(y, basis, spec)
+    coef, _ = _lsq(basis(w), y)
+    h = jnp.arange(1, horizon + 1, dtype=y.dtype)
+    return (coef[0] + coef[1] * _damped_sum(spec.phi, horizon, y.dtype)
+            + coef[2] * jnp.cos(w * h) + coef[3] * jnp.sin(w * h))
+
+
+_CANDIDATE_FNS = {
+    "persistence": _c_persistence,
+    "damped_trend": _c_damped_trend,
+    "saturating": _c_saturating,
+    "damped_oscillation": _c_damped_oscillation,
+    "sinusoid": _c_sinusoid,
+}
+
+
+def _prior_one(c, horizon, spec):
+    b = spec.backtest
+    fit, held = c[:-b], c[-b:]
+    fns = [_CANDIDATE_FNS[name] for name in spec.candidates]
+    back = jnp.stack([f(fit, b, spec) for f in fns])  # (K, b): no peeking past the context
+    err = jnp.mean(jnp.abs(back - held), 1)
+    if spec.temperature > 0:
+        w = jax.nn.softmax(-err / (spec.temperature * jnp.min(err) + 1e-6))
+    else:
+        w = jax.nn.one_hot(jnp.argmin(err), len(fns), dtype=c.dtype)
+    mean = w @ jnp.stack([f(c, horizon, spec) for f in fns])
+    rmse = jnp.sqrt(jnp.mean((w @ back - held) ** 2))
+    h = jnp.arange(1, horizon + 1, dtype=c.dtype)
+    sigma = jnp.maximum(spec.sigma_min, spec.sigma_scale * rmse * jnp.sqrt(h / b))
+    return PriorFit(mean, sigma, w, err)
 
 
 class ConditionalVelocity(eqx.Module):
@@ -476,28 +661,45 @@ class ConditionalVelocity(eqx.Module):
         return jax.vmap(self.mlp)(h)
 
 
-def _source(key, context, horizon, source, sigma0):
+def _source(key, context, horizon, source, spec, prior):
     eps = jax.random.normal(key, (context.shape[0], horizon))
     if source == "gaussian":
-        return eps, 0.0
-    mean = regime_prior(context, horizon)
-    return mean + sigma0 * eps, mean
+        return eps
+    if prior is None:
+        prior = _prior_jit(context, horizon, spec)
+    mean, sigma = prior[0], prior[1]
+    return mean + sigma * eps
+
+
+def _check_source(source, spec, prior, context, horizon):
+    if source not in ("gaussian", "regime"):
+        raise ValueError(f"source must be one of ['gaussian', 'regime'], got {source!r}")
+    spec.validate()
+    if prior is not None:
+        check_array("prior.mean", prior[0], shape=(context.shape[0], horizon))
+        check_array("prior.sigma", prior[1], shape=(context.shape[0], horizon))
 
 
 def cfm_loss(
     model: ConditionalVelocity, key: jax.Array, context: Float[Array, "n C"],
-    future: Float[Array, "n H"], *, source: str = "regime", sigma0: float = 0.5,
+    future: Float[Array, "n H"], *, source: str = "regime", spec: RegimePrior = RegimePrior(),
+    prior: PriorFit | tuple[Array, Array] | None = None,
 ) -> Float[Array, ""]:
-    """CFM loss from the chosen source (``"gaussian"`` or ``"regime"``) to the future."""
+    """CFM loss from the chosen source (``"gaussian"`` or ``"regime"``) to the future.
+
+    ``prior``: the contexts' precomputed :func:`regime_prior` (its ``mean`` and
+    ``sigma``), to skip refitting it every step; computed from ``spec`` when ``None``.
+    """
     ks, kt = jax.random.split(key)
-    x0, _ = _source(ks, context, future.shape[1], source, sigma0)
+    x0 = _source(ks, context, future.shape[1], source, spec, prior)
     return fm.cfm_loss(lambda t, x: model(t, x, context), x0, future,
                        fm.sample_time(kt, future.shape[0]))
 
 
 def sample_forecast(
     model: ConditionalVelocity, key: jax.Array, context: Float[Array, "m C"], horizon: int,
-    n_samples: int, *, source: str = "regime", sigma0: float = 0.5, steps: int = 20,
+    n_samples: int, *, source: str = "regime", spec: RegimePrior = RegimePrior(),
+    prior: PriorFit | tuple[Array, Array] | None = None, steps: int = 20,
 ) -> Float[Array, "s m H"]:
     """``n_samples`` forecasts per context by the ODE sampler (from the chosen source)."""
     check_key("key", key)
@@ -505,12 +707,12 @@ def sample_forecast(
     if context.shape[1] < 4:
         raise ValueError(f"context must have at least 4 time steps, got shape {context.shape}")
     n_samples = check_int("n_samples", n_samples, min=1)
-    if source not in ("gaussian", "regime"):
-        raise ValueError(f"source must be one of ['gaussian', 'regime'], got {source!r}")
-    check_scalar("sigma0", sigma0, gt=0.0)
+    _check_source(source, spec, prior, context, horizon)
+    if source == "regime" and prior is None:
+        prior = regime_prior(context, horizon, spec)
 
     def one(k):
-        x0, _ = _source(k, context, horizon, source, sigma0)
+        x0 = _source(k, context, horizon, source, spec, prior)
         return fm.sample_ode(lambda t, x: model(t, x, context), x0, steps=steps)
 
     return jax.lax.map(one, jax.random.split(key, n_samples))

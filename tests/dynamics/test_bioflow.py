@@ -61,19 +61,63 @@ def test_regime_labels_on_constructed_cases():
         assert bf.REGIMES[int(bf.label_regime(y))] == name, name
 
 
-def test_regime_prior_extrapolates_trend_and_oscillation():
-    tau = jnp.arange(48.0)
-    c, h = 32, 16
-    # A pure sinusoid with an integer number of periods in the context: the prior
-    # continues it.
-    wave = jnp.sin(2 * jnp.pi * 4 * tau / c)
-    prior = bf.regime_prior(wave[None, :c], h)[0]
-    np.testing.assert_allclose(prior, wave[c:], atol=0.05)
-    # A straight line: the prior starts on its continuation with the context's slope.
-    line = 0.1 * tau
-    prior = bf.regime_prior(line[None, :c], h)[0]
-    assert float(prior[0]) == pytest.approx(float(line[c]), abs=0.01)
-    assert bool(jnp.all(jnp.diff(prior) > 0))
+C_, H_ = 32, 16
+TAU = jnp.arange(C_ + H_, dtype=jnp.float32)
+CLEAN = {  # name -> (series, the candidate that must win the context backtest)
+    "constant": (jnp.full_like(TAU, 2.0), None),
+    "sinusoid": (jnp.sin(2 * jnp.pi * 0.13 * TAU + 0.4), "damped_oscillation"),
+    "damped_sinusoid": (0.5 + 0.94**TAU * jnp.cos(2 * jnp.pi * 0.08 * TAU),
+                        "damped_oscillation"),
+    "saturation": (3.0 - 4.0 * 0.93**TAU, "saturating"),
+}
+
+
+@pytest.fixture(scope="module")
+def clean_prior():
+    series = jnp.stack([v[0] for v in CLEAN.values()])
+    return series, bf.regime_prior(series[:, :C_], H_)
+
+
+def test_regime_prior_recovers_clean_regimes(clean_prior):
+    series, fit = clean_prior
+    for i, name in enumerate(CLEAN):
+        np.testing.assert_allclose(fit.mean[i], series[i, C_:], atol=0.03, err_msg=name)
+
+
+def test_backtest_selects_the_generating_rule(clean_prior):
+    _, fit = clean_prior
+    names = bf.RegimePrior().candidates
+    for i, (name, (_, want)) in enumerate(CLEAN.items()):
+        if want is not None:
+            assert names[int(jnp.argmax(fit.weights[i]))] == want, name
+    np.testing.assert_allclose(fit.weights.sum(1), 1.0, atol=1e-5)
+
+
+def test_source_width_positive_finite_and_growing(clean_prior):
+    _, fit = clean_prior
+    spec = bf.RegimePrior()
+    assert bool(jnp.all(jnp.isfinite(fit.sigma))) and bool(jnp.all(fit.sigma >= spec.sigma_min))
+    assert bool(jnp.all(jnp.diff(fit.sigma, axis=1) >= 0))
+    # Clean regimes are backtested exactly: the width sits at its floor.
+    np.testing.assert_allclose(fit.sigma, spec.sigma_min, rtol=1e-5)
+    # A noisy context gets a wider source than its floor.
+    noisy = jnp.sin(0.3 * TAU[:C_]) + 0.5 * jax.random.normal(jax.random.key(3), (C_,))
+    wide = bf.regime_prior(jnp.stack([noisy] * 4), H_).sigma[0]
+    assert float(wide[-1]) > spec.sigma_min and float(wide[-1]) > float(wide[0])
+
+
+def test_line_and_constant_recovered_exactly_by_undamped_trend():
+    spec = bf.RegimePrior(candidates=("damped_trend", "persistence"), phi=1.0, temperature=0.0)
+    line = 0.1 * TAU - 1.0
+    ctx = jnp.stack([line[:C_], jnp.full((C_,), 0.7)])
+    fit = bf.regime_prior(ctx, H_, spec)
+    np.testing.assert_allclose(fit.mean[0], line[C_:], atol=1e-4)
+    np.testing.assert_allclose(fit.mean[1], 0.7, atol=1e-5)
+    # jit == eager (the prior is a pure function of each context).
+    with jax.disable_jit():
+        eager = bf.regime_prior(ctx, H_, spec)
+    np.testing.assert_allclose(eager.mean, fit.mean, atol=1e-5)
+    np.testing.assert_allclose(eager.sigma, fit.sigma, atol=1e-6)
 
 
 def test_normalize_uses_context_only():
@@ -109,13 +153,16 @@ def test_forecast_determinism_and_jit(trained):
     import equinox as eqx
 
     model, ctx, fut = trained
-    f = lambda k: bf.sample_forecast(model, k, ctx[:4], 8, 3, steps=4)
+    prior = bf.regime_prior(ctx, 8, bf.RegimePrior(candidates=("persistence",)))
+    p4 = (prior.mean[:4], prior.sigma[:4])
+    f = lambda k: bf.sample_forecast(model, k, ctx[:4], 8, 3, prior=p4, steps=4)
     a = f(jax.random.key(0))
     np.testing.assert_array_equal(a, f(jax.random.key(0)))
     np.testing.assert_allclose(eqx.filter_jit(f)(jax.random.key(0)), a, atol=1e-5)
     assert a.shape == (3, 4, 8)
     # The loss is finite and differentiable.
-    g = eqx.filter_grad(lambda m: bf.cfm_loss(m, jax.random.key(2), ctx, fut))(model)
+    g = eqx.filter_grad(lambda m: bf.cfm_loss(m, jax.random.key(2), ctx, fut,
+                                              prior=(prior.mean, prior.sigma)))(model)
     assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree_util.tree_leaves(
         eqx.filter(g, eqx.is_inexact_array)))
 
@@ -132,3 +179,12 @@ def test_errors_name_the_argument(trained):
         bf.normalize_windows(jnp.full((2, 10), jnp.nan), 5)
     with pytest.raises(ValueError, match="source"):
         bf.sample_forecast(model, jax.random.key(0), ctx, 8, 2, source="uniform")
+    with pytest.raises(ValueError, match="candidates"):
+        bf.regime_prior(ctx, 8, bf.RegimePrior(candidates=("spline",)))
+    with pytest.raises(ValueError, match="backtest must be <="):
+        bf.regime_prior(ctx, 8, bf.RegimePrior(backtest=13))
+    with pytest.raises(ValueError, match="sigma_min"):
+        bf.RegimePrior(sigma_min=0.0).validate()
+    with pytest.raises(ValueError, match="prior.mean"):
+        bf.sample_forecast(model, jax.random.key(0), ctx, 8, 2,
+                           prior=(jnp.zeros((2, 8)), jnp.ones((2, 8))))

@@ -10,8 +10,9 @@ drafter: the same tokens, fewer target forward passes.
 import jax
 import jax.numpy as jnp
 
-from jaxsci.ml import dflash as df
-from jaxsci.ml.lm import ByteTokenizer, TransformerConfig, corpora, decode, train_lm
+from jaxsci.common.lm import ByteTokenizer, TransformerConfig, decode, train_lm
+from jaxsci.data import corpora
+from jaxsci.llm import dflash as df
 
 tok = ByteTokenizer()
 config = TransformerConfig(d_model=64, n_layers=3, n_heads=4, d_ff=192, max_len=128)

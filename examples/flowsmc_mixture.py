@@ -6,7 +6,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxsci.ml import flowsmc as fs
+from jaxsci.generative import flowsmc as fs
 
 # A 2-D Gaussian mixture with a rare third mode; train an unconditional flow on it.
 w = jnp.array([0.45, 0.45, 0.1])

@@ -6,8 +6,9 @@
 import jax
 import jax.numpy as jnp
 
-from jaxsci.solvers import fem, krylov
+from jaxsci.data import fem
 from jaxsci.solvers import grans as gr
+from jaxsci.solvers import krylov
 
 cfg = gr.GRANSConfig()
 train = [fem.assemble(jax.random.key(i), "poisson", size=17) for i in range(4)]

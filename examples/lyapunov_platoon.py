@@ -11,8 +11,8 @@ physics. Learn and verify one certificate per vehicle, then simulate.
 import jax
 import jax.numpy as jnp
 
+from jaxsci.common import bounds
 from jaxsci.dynamics import lyapunov as ly
-from jaxsci.dynamics.lyapunov import bounds
 
 N, T, TH = 4, 0.5, 1.5  # vehicles, sampling period [s], time headway [s]
 

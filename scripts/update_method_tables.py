@@ -15,9 +15,14 @@ from jaxsci.experiments import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
 AREAS = {
-    "dynamics": "Dynamical systems (pure-functional JAX, equinox)",
-    "ml": "ML methods (Flax NNX)",
-    "agents": "LLM-agent methods",
+    "dynamics": "Dynamical systems (`jaxsci/dynamics`: pure-functional JAX, equinox)",
+    "solvers": "Linear solvers (`jaxsci/solvers`)",
+    "generative": "Generative models and vision (`jaxsci/generative`)",
+    "llm": "Language-model methods (`jaxsci/llm`, Flax NNX)",
+    "recsys": "Recommenders (`jaxsci/recsys`)",
+    "stats": "Statistics and theory (`jaxsci/stats`)",
+    "numerics": "Numerics (`jaxsci/numerics`)",
+    "agents": "LLM agents (`jaxsci/agents`)",
 }
 
 

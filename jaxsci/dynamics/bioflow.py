@@ -47,7 +47,7 @@ growing with the horizon.
 
 Model (:class:`ConditionalVelocity`, equinox): an MLP ``v(t, x, c)`` on the future
 window ``x``, the context ``c`` and Fourier features of ``t``, trained with the CFM
-loss of :mod:`jaxsci.ml.flow_matching` (independent coupling, linear path) from either
+loss of :mod:`jaxsci.common.flow_matching` (independent coupling, linear path) from either
 source, and sampled with its ODE sampler. Probabilistic forecasts are ``n`` samples;
 MAE is that of the sample mean, CRPS the sample estimate
 ``E|X - y| - 0.5 E|X - X'|`` per time step (:func:`crps`).
@@ -67,8 +67,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from jaxsci.common import flow_matching as fm
 from jaxsci.core.validation import check_array, check_int, check_key, check_scalar
-from jaxsci.ml import flow_matching as fm
 
 __all__ = [
     "REGIMES",

@@ -21,11 +21,11 @@ import numpy as np
 import optax
 from tqdm.auto import tqdm
 
+from jaxsci.common import flow_matching as fm
 from jaxsci.core import Report, TrainConfig, fit
 from jaxsci.core.results import pyplot
 from jaxsci.core.validation import check_int, check_scalar
 from jaxsci.dynamics import bioflow as bf
-from jaxsci.ml import flow_matching as fm
 
 __all__ = ["BioFlowConfig", "CONFIGS", "METRIC_KEYS", "run"]
 

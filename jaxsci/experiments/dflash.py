@@ -2,11 +2,11 @@
 
 Pipeline (all generated and trained here, on CPU):
 
-1. A byte-level target transformer (:mod:`jaxsci.ml.lm`) is trained on the four
+1. A byte-level target transformer (:mod:`jaxsci.common.lm`) is trained on the four
    synthetic corpora (arithmetic with carries, a probabilistic grammar, key-value
    recall, a bracket language) through :func:`jaxsci.core.fit`.
 2. The target continues corpus prefixes; these *target outputs* are the drafters'
-   training data (:func:`jaxsci.ml.dflash.target_outputs`).
+   training data (:func:`jaxsci.llm.dflash.target_outputs`).
 3. Two drafters of the same size are trained on them with the same loss and the same
    conditioning on the target's hidden states: the DFlash block drafter (``B - 1``
    drafts in one pass) and the EAGLE-style autoregressive drafter (one draft per
@@ -38,13 +38,14 @@ import numpy as np
 from scipy import stats
 from tqdm.auto import tqdm
 
+from jaxsci.common.lm import decode, training
+from jaxsci.common.lm.model import TransformerConfig, count_params
+from jaxsci.common.lm.tokenizer import PAD, ByteTokenizer
 from jaxsci.core import Report
 from jaxsci.core.results import pyplot
 from jaxsci.core.validation import check_choice, check_int, check_scalar
-from jaxsci.ml import dflash as df
-from jaxsci.ml.lm import corpora, decode, training
-from jaxsci.ml.lm.model import TransformerConfig, count_params
-from jaxsci.ml.lm.tokenizer import PAD, ByteTokenizer
+from jaxsci.data import corpora
+from jaxsci.llm import dflash as df
 
 __all__ = ["DFlashConfig", "CONFIGS", "METRIC_KEYS", "run", "train_models", "load_models"]
 
@@ -212,7 +213,7 @@ def _compile_time(fn, buf, length):
 
 def _task_checks(task: str, texts: list[str]) -> float:
     """Fraction of complete generated lines that are correct samples of ``task``
-    (:func:`jaxsci.ml.lm.corpora.is_valid`); NaN if no line was completed."""
+    (:func:`jaxsci.data.corpora.is_valid`); NaN if no line was completed."""
     lines = [ln for text in texts for ln in text.split("\n")[:-1] if ln]  # last may be cut
     return float(np.mean([corpora.is_valid(task, ln) for ln in lines])) if lines else float("nan")
 
@@ -267,7 +268,7 @@ def train_models(config: DFlashConfig, key: jax.Array, checkpoint_dir: Path | No
     target's training time. With ``checkpoint_dir`` the runs are checkpointed there
     (an interrupted or repeated run resumes) and the trained models are saved as
     ``target/``, ``block_drafter/`` and ``ar_drafter/``
-    (:func:`jaxsci.ml.lm.training.save_model`).
+    (:func:`jaxsci.common.lm.training.save_model`).
     """
     config.validate()
     k_data, k_target, k_prompt, k_cont, k_draft = jax.random.split(key, 5)

@@ -1,12 +1,12 @@
 """Reproduction: training-free conditional sampling for flow matching (IS vs guidance vs SMC).
 
 Two tasks, each with an unconditional Flax NNX flow model trained by CFM
-(:func:`jaxsci.ml.flowsmc.train_flow`):
+(:func:`jaxsci.generative.flowsmc.train_flow`):
 
 * **Gaussian mixture (2-D).** A three-component mixture with a rare component; the
   condition is a sharp Gaussian observation of the second coordinate that points at
   the rare component, so naive IS weights degenerate. The exact conditional is a
-  Gaussian mixture in closed form (:func:`jaxsci.ml.flowsmc.gmm_posterior`); each
+  Gaussian mixture in closed form (:func:`jaxsci.generative.flowsmc.gmm_posterior`); each
   method's weighted samples are scored by MMD to draws from it, and the normaliser
   estimates against the exact ``log p(y)``. Swept over SMC noise strengths and
   particle counts (one :func:`jaxsci.core.sweep` per particle count, vmapped over
@@ -31,11 +31,11 @@ import optax
 from flax import nnx
 from tqdm.auto import tqdm
 
+from jaxsci.common import flow_matching as fm
 from jaxsci.core import Report, TrainConfig, fit, sweep
 from jaxsci.core.results import pyplot
 from jaxsci.core.validation import check_int, check_scalar
-from jaxsci.ml import flow_matching as fm
-from jaxsci.ml import flowsmc as fs
+from jaxsci.generative import flowsmc as fs
 
 __all__ = ["FlowSMCConfig", "CONFIGS", "METRIC_KEYS", "run", "load_digits", "train_classifier"]
 
@@ -62,7 +62,7 @@ class FlowSMCConfig:
     steps_per_stage: int = 10
     final_steps: int = 10
     ess_threshold: float = 0.5  # the usual SMC choice: resample below n/2
-    temper: float = 2.0  # twist lambda(t) = t^2 (our choice; see jaxsci.ml.flowsmc)
+    temper: float = 2.0  # twist lambda(t) = t^2 (our choice; see jaxsci.generative.flowsmc)
     guidance_scale: float = 1.0
     # --- digits task
     digits: bool = True

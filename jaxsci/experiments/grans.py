@@ -35,8 +35,9 @@ from tqdm.auto import tqdm
 from jaxsci.core import Report, TrainConfig, fit
 from jaxsci.core.results import pyplot
 from jaxsci.core.validation import check_choice, check_int, check_scalar
-from jaxsci.solvers import fem, krylov
+from jaxsci.data import fem
 from jaxsci.solvers import grans as gr
+from jaxsci.solvers import krylov
 
 __all__ = ["GRANSExperimentConfig", "CONFIGS", "METRIC_KEYS", "run"]
 

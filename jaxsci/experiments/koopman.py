@@ -1,6 +1,6 @@
 """Reproduction: MERLIN on the 2-D wave and Navier-Stokes sets, against DMD.
 
-For each data set (:mod:`jaxsci.dynamics.pde`: the MERLIN wave set, ``c = 1/16``,
+For each data set (:mod:`jaxsci.data.pde`: the MERLIN wave set, ``c = 1/16``,
 frames ``dt = 0.25`` apart on ``[-1, 1]^2``; the FNO Navier-Stokes vorticity set,
 ``nu = 1e-3``, frames 1 time unit apart) trajectories are split into train and
 test. On the training set MERLIN is fitted in two phases
@@ -50,8 +50,8 @@ from tqdm.auto import tqdm
 from jaxsci.core import Report
 from jaxsci.core.results import pyplot
 from jaxsci.core.validation import check_choice, check_int, check_scalar
+from jaxsci.data import pde
 from jaxsci.dynamics import koopman as kp
-from jaxsci.dynamics import pde
 
 __all__ = ["KoopmanConfig", "CONFIGS", "METRIC_KEYS", "run", "dmd_forecast"]
 

@@ -78,7 +78,7 @@ from jaxsci.core.validation import (
     check_key,
     check_scalar,
 )
-from jaxsci.solvers.fem import check_system
+from jaxsci.data.fem import check_system
 
 __all__ = [
     "SUCCESS",

@@ -1,7 +1,7 @@
 """Benchmark: greedy decoding speed, target alone vs autoregressive drafter vs DFlash.
 
 The peer is what a user runs without speculative decoding: the same target decoding
-one token per forward pass with its KV cache (:func:`jaxsci.ml.lm.decode.generate`),
+one token per forward pass with its KV cache (:func:`jaxsci.common.lm.decode.generate`),
 and the EAGLE-style autoregressive drafter of the same size as the block drafter
 (``B - 1`` sequential drafter passes per round). All three are single jitted programs
 (a ``lax.while_loop``), run one prompt at a time (batch 1, as in the paper), greedy,
@@ -24,11 +24,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxsci.common.lm import decode
+from jaxsci.common.lm.model import count_params
+from jaxsci.common.lm.tokenizer import PAD
+from jaxsci.data import corpora
 from jaxsci.experiments import dflash as exp
-from jaxsci.ml import dflash as df
-from jaxsci.ml.lm import corpora, decode
-from jaxsci.ml.lm.model import count_params
-from jaxsci.ml.lm.tokenizer import PAD
+from jaxsci.llm import dflash as df
 
 
 def _models(ckpt: Path):

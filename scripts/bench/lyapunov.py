@@ -24,7 +24,7 @@ import time
 import jax
 import numpy as np
 
-from jaxsci.dynamics.lyapunov import bounds as bd
+from jaxsci.common import bounds as bd
 
 NETS = [(4, (32, 32)), (8, (128, 128)), (16, (256, 256, 256))]
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+from jaxsci.data import fem
 from jaxsci.experiments import grans as exp
-from jaxsci.solvers import fem
 
 
 def main() -> None:

@@ -4,8 +4,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxsci.common import bounds as bd
 from jaxsci.dynamics import lyapunov as ly
-from jaxsci.dynamics.lyapunov import bounds as bd
 from jaxsci.dynamics.lyapunov import certificates as ct
 from jaxsci.dynamics.lyapunov import systems as sysm
 from jaxsci.dynamics.lyapunov import train as tr

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from jaxsci.solvers import fem, krylov
+from jaxsci.data import fem
 from jaxsci.solvers import grans as gr
+from jaxsci.solvers import krylov
 
 CFG = gr.GRANSConfig(hidden=8, layers=1, levels=2)
 

@@ -7,14 +7,14 @@ Systems" (Zhou, Wang, Yang; ICML 2026, abstract in ``shared/seeds/000_*.txt``).
   delays (platoon, drone formation, microgrid, your own), simulation.
 * :mod:`.certificates` -- one neural ``V_i`` per subsystem, the gain matrix, and the
   sISS condition (stated in that module's docstring) as bound-able programs.
-* :mod:`.bounds` -- IBP and CROWN linear bounds of small programs over boxes, with
-  floating-point rounding accounted for.
+* :mod:`jaxsci.common.bounds` (the shared layer) -- IBP and CROWN linear bounds of
+  small programs over boxes, with floating-point rounding accounted for.
 * :mod:`.verify` -- compositional branch-and-bound verification (one subsystem at a
   time, plus the gain condition).
 * :mod:`.train` -- counterexample-guided synthesis (optax).
 """
 
-from jaxsci.dynamics.lyapunov import bounds, certificates, systems, train, verify
+from jaxsci.dynamics.lyapunov import certificates, systems, train, verify
 from jaxsci.dynamics.lyapunov.certificates import (
     Certificate,
     Reach,
@@ -40,7 +40,6 @@ from jaxsci.dynamics.lyapunov.train import SynthesisConfig, estimate_reach, synt
 from jaxsci.dynamics.lyapunov.verify import VerifyConfig, verify_subsystem
 
 __all__ = [
-    "bounds",
     "certificates",
     "systems",
     "train",

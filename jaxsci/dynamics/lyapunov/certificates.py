@@ -89,8 +89,8 @@ import numpy as np
 import scipy.linalg
 from jaxtyping import Array, Float
 
+from jaxsci.common import bounds as bd
 from jaxsci.core.validation import check_int, check_key, check_scalar
-from jaxsci.dynamics.lyapunov import bounds as bd
 from jaxsci.dynamics.lyapunov.systems import InterconnectedSystem, input_layout
 
 __all__ = [

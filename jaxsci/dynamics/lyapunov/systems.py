@@ -8,7 +8,7 @@ r"""Discrete-time interconnected systems with bounded, time-varying delays.
     \qquad 0 \le \tau_{\cdot}(k) \le \bar d,
 
 with ``w_i`` a bounded disturbance. Each local map ``f_i`` is a
-:class:`~jaxsci.dynamics.lyapunov.bounds.Program` of one *local input vector* ``u``
+:class:`~jaxsci.common.bounds.Program` of one *local input vector* ``u``
 (so the same object is simulated, trained against and bounded by the verifier):
 
 ``u = [x_i, delta_i, (x_j, x_j^d for each neighbour slot), w_i]``
@@ -56,8 +56,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from jaxsci.common import bounds as bd
 from jaxsci.core.validation import check_array, check_int, check_key, check_scalar
-from jaxsci.dynamics.lyapunov import bounds as bd
 
 __all__ = [
     "InterconnectedSystem",

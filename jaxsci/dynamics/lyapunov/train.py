@@ -41,8 +41,8 @@ import numpy as np
 import optax
 from tqdm.auto import tqdm
 
+from jaxsci.common import bounds as bd
 from jaxsci.core.validation import check_int, check_key, check_scalar
-from jaxsci.dynamics.lyapunov import bounds as bd
 from jaxsci.dynamics.lyapunov import certificates as ct
 from jaxsci.dynamics.lyapunov import verify as vf
 from jaxsci.dynamics.lyapunov.systems import InterconnectedSystem, input_layout

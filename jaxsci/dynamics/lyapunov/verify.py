@@ -41,8 +41,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxsci.common import bounds as bd
 from jaxsci.core.validation import check_int, check_scalar
-from jaxsci.dynamics.lyapunov import bounds as bd
 from jaxsci.dynamics.lyapunov import certificates as ct
 from jaxsci.dynamics.lyapunov.systems import InterconnectedSystem
 

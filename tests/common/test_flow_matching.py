@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxsci.ml import flow_matching as fm
+from jaxsci.common import flow_matching as fm
 
 M0, S0, M1, S1 = 0.0, 1.0, 2.0, 0.5
 

@@ -26,8 +26,8 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
+from jaxsci.common.lm.tokenizer import BOS, ByteTokenizer
 from jaxsci.core.validation import check_choice, check_int, check_key
-from jaxsci.ml.lm.tokenizer import BOS, ByteTokenizer
 
 __all__ = ["TASKS", "sample_text", "is_valid", "documents", "prompts", "rng_from_key"]
 

@@ -13,11 +13,11 @@ logits and picks:
 Prompts are padded to a multiple of 16 tokens (one compiled program serves every
 prompt length in that bucket, and a batch of padded prompts can be ``vmap``-ped with
 their true lengths); padding is harmless because the cache is indexed by absolute
-position (:class:`jaxsci.ml.lm.model.KVCache`) and the padded slots are overwritten
+position (:class:`jaxsci.common.lm.model.KVCache`) and the padded slots are overwritten
 before any query can see them.
 
 The building blocks (:func:`token_probs`, :func:`sample_token`, :func:`prepare_prompt`,
-:func:`check_sampling`) are public because :mod:`jaxsci.ml.dflash` decodes with the
+:func:`check_sampling`) are public because :mod:`jaxsci.llm.dflash` decodes with the
 same rules.
 """
 
@@ -32,9 +32,9 @@ import numpy as np
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
+from jaxsci.common.lm.model import Transformer
+from jaxsci.common.lm.tokenizer import PAD
 from jaxsci.core.validation import check_array, check_int, check_key, check_scalar
-from jaxsci.ml.lm.model import Transformer
-from jaxsci.ml.lm.tokenizer import PAD
 
 __all__ = [
     "Generation",
@@ -146,7 +146,7 @@ def prepare_prompt(
     return jnp.asarray(prompt, jnp.int32), jnp.asarray(prompt_length, jnp.int32)
 
 
-# The private helpers below are shared with jaxsci.ml.dflash.
+# The private helpers below are shared with jaxsci.llm.dflash.
 def _next_key(key, temperature):
     """``(key, subkey)``; greedy decoding draws no random numbers, so no split then."""
     return jax.random.split(key) if temperature > 0.0 else (key, key)

@@ -1,4 +1,4 @@
-"""Training a :class:`~jaxsci.ml.lm.model.Transformer` through :func:`jaxsci.core.fit`.
+"""Training a :class:`~jaxsci.common.lm.model.Transformer` through :func:`jaxsci.core.fit`.
 
 The model is ``nnx.split`` into its graph definition and its ``State``; the State is
 what :func:`jaxsci.core.fit` optimises (one jitted step, tqdm progress, orbax
@@ -27,9 +27,9 @@ import orbax.checkpoint as ocp
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
+from jaxsci.common.lm.model import Transformer, TransformerConfig
 from jaxsci.core.train import TrainConfig, fit
 from jaxsci.core.validation import check_array, check_int, check_key, check_scalar
-from jaxsci.ml.lm.model import Transformer, TransformerConfig
 
 __all__ = ["lm_loss", "lm_optimizer", "train_lm", "save_model", "restore_model",
            "load_transformer"]
@@ -128,7 +128,7 @@ def save_model(directory: str | os.PathLike, model: nnx.Module) -> Path:
     """Write ``model``'s parameters (orbax) and its ``config`` (JSON) into ``directory``.
 
     ``model`` must have a dataclass ``config`` attribute (a :class:`Transformer` or a
-    :class:`jaxsci.ml.dflash.Drafter`). An existing checkpoint there is replaced.
+    :class:`jaxsci.llm.dflash.Drafter`). An existing checkpoint there is replaced.
     """
     config = getattr(model, "config", None)
     if not dataclasses.is_dataclass(config):

@@ -7,10 +7,10 @@ import pytest
 from flax import nnx
 from scipy import stats
 
-from jaxsci.ml import dflash as df
-from jaxsci.ml.lm import decode
-from jaxsci.ml.lm.model import Transformer, TransformerConfig
-from jaxsci.ml.lm.tokenizer import MASK, ByteTokenizer
+from jaxsci.common.lm import decode
+from jaxsci.common.lm.model import Transformer, TransformerConfig
+from jaxsci.common.lm.tokenizer import MASK, ByteTokenizer
+from jaxsci.llm import dflash as df
 
 # The dflash smoke run's shapes (target, drafters with B = 4, prompt bucket 32, 16 new
 # tokens): the compiled decoding programs are shared with it.

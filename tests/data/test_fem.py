@@ -6,7 +6,7 @@ import scipy.sparse as sp
 import skfem
 from skfem.models.poisson import laplace, unit_load
 
-from jaxsci.solvers import fem
+from jaxsci.data import fem
 
 
 @pytest.fixture(scope="module")

@@ -37,8 +37,8 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
+from jaxsci.common.lm.tokenizer import VOCAB_SIZE
 from jaxsci.core.validation import check_int, check_scalar
-from jaxsci.ml.lm.tokenizer import VOCAB_SIZE
 
 __all__ = [
     "TransformerConfig",

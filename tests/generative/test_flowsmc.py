@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxsci.ml import flow_matching as fm
-from jaxsci.ml import flowsmc as fs
+from jaxsci.common import flow_matching as fm
+from jaxsci.generative import flowsmc as fs
 
 # One Gaussian "mixture" N(M, S^2 I) in 2-D: its exact velocity is closed form, and so is
 # the posterior under y = x[1] + N(0, OBS^2).

@@ -6,9 +6,10 @@ from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jaxsci.ml.lm import corpora, decode, training
-from jaxsci.ml.lm.model import Transformer, TransformerConfig, count_params
-from jaxsci.ml.lm.tokenizer import BOS, EOS, MASK, PAD, VOCAB_SIZE, ByteTokenizer
+from jaxsci.common.lm import decode, training
+from jaxsci.common.lm.model import Transformer, TransformerConfig, count_params
+from jaxsci.common.lm.tokenizer import BOS, EOS, MASK, PAD, VOCAB_SIZE, ByteTokenizer
+from jaxsci.data import corpora
 
 # The smoke config's target shape: the unit tests and the dflash smoke run share compiled
 # decoding programs (same model shape, prompt bucket and number of new tokens).

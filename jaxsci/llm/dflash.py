@@ -43,7 +43,7 @@ give ``p_k``, the target's distribution of the token at ``s + k + 1``.
   distribution is exactly the target's (sampling with temperature and top-p).
 
 Rejected positions need no rollback: the target's cache and the drafter's context
-cache are indexed by absolute position (:class:`jaxsci.ml.lm.model.KVCache`), so
+cache are indexed by absolute position (:class:`jaxsci.common.lm.model.KVCache`), so
 stale slots are invisible until the next block overwrites them.
 
 **Training** (:func:`train_drafters`), the paper's recipe at small scale: sequences
@@ -79,6 +79,10 @@ import optax
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
+from jaxsci.common.lm import decode
+from jaxsci.common.lm.model import MLP, KVCache, Transformer, TransformerConfig, rope
+from jaxsci.common.lm.tokenizer import MASK, PAD
+from jaxsci.common.lm.training import restore_model
 from jaxsci.core.train import TrainConfig, fit
 from jaxsci.core.validation import (
     check_array,
@@ -87,10 +91,6 @@ from jaxsci.core.validation import (
     check_key,
     check_scalar,
 )
-from jaxsci.ml.lm import decode
-from jaxsci.ml.lm.model import MLP, KVCache, Transformer, TransformerConfig, rope
-from jaxsci.ml.lm.tokenizer import MASK, PAD
-from jaxsci.ml.lm.training import restore_model
 
 __all__ = [
     "DrafterConfig",
@@ -119,7 +119,7 @@ def default_target_layers(n_layers: int, k: int = 3) -> tuple[int, ...]:
     The paper's Qwen3-8B drafter reads layers 1, 9, 17, 25, 33 of 36: evenly from the
     first block's output, leaving out the last ``n_layers / 12`` layers. We keep that
     proportion (rounded, so a target of a few layers keeps its last one). Indices follow
-    :class:`jaxsci.ml.lm.model.Transformer`'s ``hidden_layers`` (``i``: the output of
+    :class:`jaxsci.common.lm.model.Transformer`'s ``hidden_layers`` (``i``: the output of
     block ``i``).
     """
     check_int("n_layers", n_layers, min=1)
@@ -530,7 +530,7 @@ def speculative_generate(
     """Lossless speculative decoding of ``target`` with ``drafter``, in one jitted program.
 
     Greedy (``temperature == 0``): the tokens equal
-    :func:`jaxsci.ml.lm.decode.generate`'s (up to floating-point ties between the
+    :func:`jaxsci.common.lm.decode.generate`'s (up to floating-point ties between the
     target's top logits, which a block pass and a one-token pass may round
     differently). Sampling: the tokens are distributed exactly as the target's
     (temperature ``temperature``, nucleus ``top_p``).
@@ -539,7 +539,7 @@ def speculative_generate(
       target: the model whose output is reproduced.
       drafter: a :class:`Drafter` built for ``target`` (block or autoregressive).
       prompt, max_new_tokens, key, temperature, top_p, stop_token, prompt_length: as in
-        :func:`jaxsci.ml.lm.decode.generate`.
+        :func:`jaxsci.common.lm.decode.generate`.
       block_size: ``B`` (>= 1): tokens verified per round, the anchor and ``B - 1``
         drafts; default ``drafter.config.block_size``. ``B = 1`` drafts nothing.
       resample: ``"residual"`` (the correct rule) or ``"target"`` (biased; see
@@ -795,7 +795,7 @@ def _default_decay(B: int) -> float:
 
 
 def load_drafter(directory) -> Drafter:
-    """A :class:`Drafter` saved by :func:`jaxsci.ml.lm.training.save_model`."""
+    """A :class:`Drafter` saved by :func:`jaxsci.common.lm.training.save_model`."""
     meta = json.loads((Path(directory) / "config.json").read_text())
     if meta.get("class") != "Drafter":
         raise ValueError(f"directory {str(directory)!r} holds a {meta.get('class')}, "

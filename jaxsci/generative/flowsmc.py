@@ -6,7 +6,7 @@ unconditional flow model with density ``p(x)`` at ``t = 1`` and a likelihood
 ``L(x) = p(y | x)``, sample the conditional ``pi(x) \propto p(x) L(x)`` without
 retraining.
 
-Methods (velocity functions and samplers from :mod:`jaxsci.ml.flow_matching`;
+Methods (velocity functions and samplers from :mod:`jaxsci.common.flow_matching`;
 source ``N(0, I)``, time from source ``t = 0`` to data ``t = 1``):
 
 * **Naive importance sampling** (:func:`importance_sample`): ``x_1`` from the ODE,
@@ -15,7 +15,7 @@ source ``N(0, I)``, time from source ``t = 0`` to data ``t = 1``):
   dimension grows (ESS ``= (sum w)^2 / sum w^2`` collapses).
 * **Gradient guidance** (:func:`guided_sample`, the reference): the ODE with
   ``v + lambda ((1 - t) / t) grad_x log L(x_hat_1(t, x))``. For a Gaussian source
-  ``v = (x + (1 - t) s) / t`` (:func:`jaxsci.ml.flow_matching.score_from_velocity`),
+  ``v = (x + (1 - t) s) / t`` (:func:`jaxsci.common.flow_matching.score_from_velocity`),
   so adding ``grad log p(y | x_t)`` to the score adds ``((1 - t) / t) grad log p(y | x_t)``
   to the velocity; ``p(y | x_t)`` is approximated by ``L(x_hat_1)`` at the one-step
   endpoint prediction ``x_hat_1 = x + (1 - t) v(t, x)`` (DPS-style). ``t`` is
@@ -26,7 +26,7 @@ source ``N(0, I)``, time from source ``t = 0`` to data ``t = 1``):
   predicted endpoint's likelihood, tempered by ``lambda_k = t_k^kappa``, our choice:
   the twist is free, see below); particles move between stages with the *stochastic flow*
   of adjustable noise ``eta`` that keeps the ODE's marginals
-  (:func:`jaxsci.ml.flow_matching.sample_sde`), carry incremental weights
+  (:func:`jaxsci.common.flow_matching.sample_sde`), carry incremental weights
   ``L(x_hat_1(t_k, x_k))^{lambda_k} / L(x_hat_1(t_{k-1}, x_{k-1}))^{lambda_{k-1}}``, and
   are resampled (systematic by default) at ``t_0, ..., t_{K-1}`` whenever
   ``ESS < ess_threshold * n``, so that every resampling is followed by a stochastic
@@ -56,9 +56,9 @@ import optax
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
+from jaxsci.common import flow_matching as fm
 from jaxsci.core.train import TrainConfig, fit
 from jaxsci.core.validation import check_array, check_choice, check_int, check_key, check_scalar
-from jaxsci.ml import flow_matching as fm
 
 __all__ = [
     "LogLikelihood",

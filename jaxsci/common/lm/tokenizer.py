@@ -7,9 +7,9 @@ encodes losslessly and ``decode_bytes(encode(b)) == b``. Four special ids follow
 name    id    use
 ======  ====  ==========================================================
 BOS     256   start of a document (the corpora prepend it)
-EOS     257   end of text (a ``stop_token`` for :func:`jaxsci.ml.lm.decode.generate`)
+EOS     257   end of text (a ``stop_token`` for :func:`jaxsci.common.lm.decode.generate`)
 PAD     258   filler after a stop token and in padded prompt buffers
-MASK    259   the masked positions of a block-diffusion drafter (:mod:`jaxsci.ml.dflash`)
+MASK    259   the masked positions of a block-diffusion drafter (:mod:`jaxsci.llm.dflash`)
 ======  ====  ==========================================================
 """
 

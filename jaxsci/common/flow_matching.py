@@ -1,6 +1,6 @@
 r"""Flow matching core: linear probability paths from any source, the CFM loss, samplers.
 
-Shared by the training-free conditional sampler (:mod:`jaxsci.ml.flowsmc`) and the
+Shared by the training-free conditional sampler (:mod:`jaxsci.generative.flowsmc`) and the
 regime-aware trajectory model (:mod:`jaxsci.dynamics.bioflow`). Everything here is a
 pure function of a *velocity function* ``velocity_fn(t, x) -> v`` with ``t`` of shape
 ``(n,)`` and ``x``, ``v`` of shape ``(n, d)``: a Flax NNX module, an equinox module or

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxsci.dynamics import pde
+from jaxsci.data import pde
 
 KEY = jax.random.key(0)
 N1 = 32  # 1-D grid

@@ -1,0 +1,6 @@
+"""The data layer: generators of synthetic data sets, shared by the methods.
+
+* :mod:`jaxsci.data.pde` -- Burgers, Kuramoto-Sivashinsky, Navier-Stokes and wave trajectories.
+* :mod:`jaxsci.data.fem` -- random elliptic P1 FEM problems (scikit-fem) as JAX ``BCOO``.
+* :mod:`jaxsci.data.corpora` -- synthetic text corpora for the language models.
+"""

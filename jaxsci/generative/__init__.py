@@ -1,0 +1,1 @@
+"""Generative models and sampling methods (Flax NNX / equinox)."""

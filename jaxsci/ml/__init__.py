@@ -1,1 +1,0 @@
-"""ML methods ported to Flax NNX."""

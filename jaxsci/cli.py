@@ -1,7 +1,9 @@
-"""Command line: ``jaxsci list``, ``jaxsci reproduce NAME``, ``jaxsci bench NAME``.
+"""Command line: ``jaxsci list``, ``jaxsci reproduce NAME``, ``jaxsci bench [NAME]``.
 
-User mistakes (unknown name, bad folder, bad seed) print one line to stderr and
-exit with code 2, never a traceback.
+User mistakes (unknown name, bad folder, bad seed, bad ``--set``) print one
+``jaxsci: error: ...`` line to stderr and exit with code 2, never a traceback;
+an internal failure prints a short message and the log path, exit code 1; Ctrl-C
+says how much work is saved and exits with 130.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import time
 from pathlib import Path
 
 from jaxsci.experiments import REGISTRY, get, load
+
+MAX_SEED = 2**63 - 1
 
 __all__ = ["main"]
 
@@ -29,6 +33,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="jaxsci", description="JAX reproductions of ICML 2026 papers.")
+    p.add_argument("--version", action="store_true", help="print the version and exit")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
     sub.add_parser("list", help="list every experiment with its paper and status")
 
@@ -44,11 +49,16 @@ def _build_parser() -> argparse.ArgumentParser:
                       help="the paper's scale (GPU)")
     r.add_argument("--out", default=None,
                    help="output folder (default ./runs/NAME; with --all, a parent folder)")
-    r.add_argument("--seed", default="0", help="random seed, a non-negative integer")
+    r.add_argument("--seed", default="0", help="random seed, an integer in [0, 2**63)")
+    r.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override a config field (dots for nested fields); repeatable")
+    r.add_argument("--force", action="store_true",
+                   help="overwrite a finished run in the output folder")
     r.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
-    b = sub.add_parser("bench", help="run scripts/bench/NAME.py (from a source checkout)")
-    b.add_argument("name")
+    b = sub.add_parser("bench", help="run scripts/bench/NAME.py (from a source checkout); "
+                                     "without NAME, list the benchmarks")
+    b.add_argument("name", nargs="?")
     return p
 
 
@@ -57,8 +67,8 @@ def _parse_seed(text: str) -> int:
         seed = int(text)
     except ValueError:
         raise UsageError(f"--seed must be a non-negative integer, got {text!r}") from None
-    if seed < 0:
-        raise UsageError(f"--seed must be a non-negative integer, got {seed}")
+    if not 0 <= seed <= MAX_SEED:
+        raise UsageError(f"--seed must be in [0, 2**63 - 1], got {seed}")
     return seed
 
 
@@ -78,14 +88,52 @@ def _cmd_list() -> int:
     return 0
 
 
-def _reproduce_one(name: str, size: str, out: Path, seed: int, progress: bool) -> None:
-    module = load(name)
-    config = module.CONFIGS[size]
+def _reproduce_one(name: str, size: str, out: Path, seed: int, progress: bool,
+                   overrides: list[str], force: bool) -> dict:
+    from jaxsci.core.experiment import FinishedRunError, run_experiment
+
+    exp = load(name).EXPERIMENT
+    try:
+        exp.config(size, overrides)  # a bad --set fails before anything runs
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
     print(f"[jaxsci] reproduce {name} ({size}) -> {out}", flush=True)
     t0 = time.perf_counter()
-    report = module.run(config, out, seed=seed, progress=progress)
-    print(f"[jaxsci] {name}: done in {time.perf_counter() - t0:.1f} s; "
-          f"wrote {report.out_dir / 'metrics.json'}, {report.out_dir / 'report.md'}", flush=True)
+    try:
+        report = run_experiment(exp, size, out, seed=seed, overrides=overrides,
+                                progress=progress, force=force)
+    except FinishedRunError as exc:
+        raise UsageError(str(exc)) from None
+    except MemoryError as exc:
+        raise UsageError(str(exc)) from None
+    except KeyboardInterrupt:
+        from jaxsci.core.experiment import saved_cells
+
+        n = saved_cells(out)
+        ck = out / "checkpoints"
+        extra = " and training checkpoints" if ck.exists() and any(ck.iterdir()) else ""
+        raise Interrupted(f"interrupted; {n} finished cell(s){extra} saved in {out}, rerun the "
+                          "same command to resume") from None
+    m = report.metrics
+    held = sum(c["holds"] for c in m["claims"])
+    print(f"[jaxsci] {name}: {m['verdict']} ({held}/{len(m['claims'])} claims) in "
+          f"{time.perf_counter() - t0:.1f} s; wrote {report.out_dir / 'report.md'}", flush=True)
+    return {"name": name, "held": held, "total": len(m["claims"]), "verdict": m["verdict"],
+            "wall": m["wall_time_s"]}
+
+
+def claims_table(rows: list[dict]) -> str:
+    """The table ``reproduce --all`` ends with: experiment, claims held / total, wall time."""
+    width = max([len(r["name"]) for r in rows] + [10])
+    lines = [f"{'experiment':<{width}}  claims  verdict     wall time",
+             f"{'-' * width}  ------  ----------  ---------"]
+    for r in rows:
+        lines.append(f"{r['name']:<{width}}  {r['held']:>2}/{r['total']:<3}  {r['verdict']:<10}  "
+                     f"{r['wall']:8.1f} s")
+    held, total = sum(r["held"] for r in rows), sum(r["total"] for r in rows)
+    lines.append(f"{'all':<{width}}  {held:>2}/{total:<3}  {'':<10}  "
+                 f"{sum(r['wall'] for r in rows):8.1f} s")
+    return "\n".join(lines)
 
 
 def _cmd_reproduce(args) -> int:
@@ -95,10 +143,13 @@ def _cmd_reproduce(args) -> int:
     if args.all:
         if args.name:
             raise UsageError("give either NAME or --all, not both")
+        if args.overrides:
+            raise UsageError("--set applies to one experiment; give NAME, not --all")
         names = [n for n, e in REGISTRY.items() if e.status == "implemented"]
         root = _check_out(Path(args.out or "runs"))
-        for name in names:
-            _reproduce_one(name, size, root / name, seed, progress)
+        rows = [_reproduce_one(name, size, root / name, seed, progress, [], args.force)
+                for name in names]
+        print(claims_table(rows), flush=True)
         return 0
     if not args.name:
         raise UsageError("reproduce needs an experiment NAME or --all (see `jaxsci list`)")
@@ -111,29 +162,51 @@ def _cmd_reproduce(args) -> int:
     if entry.status != "implemented":
         raise UsageError(f"experiment {args.name!r} is {entry.status}, not implemented yet")
     out = _check_out(Path(args.out or Path("runs") / args.name))
-    _reproduce_one(args.name, size, out, seed, progress)
+    _reproduce_one(args.name, size, out, seed, progress, args.overrides, args.force)
     return 0
+
+
+def _bench_dirs() -> list[Path]:
+    return [Path.cwd() / "scripts" / "bench",
+            Path(__file__).resolve().parents[1] / "scripts" / "bench"]
 
 
 def _cmd_bench(args) -> int:
-    get_ok = args.name in REGISTRY
-    if not get_ok:
+    dirs = [d for d in _bench_dirs() if d.is_dir()]
+    if args.name is None:
+        if not dirs:
+            raise UsageError("the benchmarks live in the source checkout (scripts/bench/); "
+                             "run `jaxsci bench` from a clone of the repository")
+        names = sorted({p.stem for d in dirs for p in d.glob("*.py") if not p.stem.startswith("_")})
+        print("benchmarks (jaxsci bench NAME):")
+        for n in names:
+            print(f"  {n}")
+        return 0
+    if args.name not in REGISTRY:
         raise UsageError(f"unknown experiment {args.name!r}; run `jaxsci list` to see the names")
-    candidates = [Path.cwd() / "scripts" / "bench" / f"{args.name}.py",
-                  Path(__file__).resolve().parents[1] / "scripts" / "bench" / f"{args.name}.py"]
-    script = next((c for c in candidates if c.exists()), None)
+    script = next((d / f"{args.name}.py" for d in dirs if (d / f"{args.name}.py").exists()), None)
     if script is None:
+        where = "" if dirs else "; the benchmarks need a source checkout"
         raise UsageError(f"no benchmark for {args.name!r} (looked for scripts/bench/{args.name}.py "
-                         "in the current folder and the source checkout)")
+                         f"in the current folder and the source checkout){where}")
     sys.argv = [str(script)]
     runpy.run_path(str(script), run_name="__main__")
     return 0
+
+
+class Interrupted(Exception):
+    """Ctrl-C during a run: one line saying what is saved, exit code 130."""
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _build_parser()
     try:
         args = parser.parse_args(argv)
+        if args.version:
+            import jaxsci
+
+            print(f"jaxsci {jaxsci.__version__}")
+            return 0
         if args.command == "list":
             return _cmd_list()
         if args.command == "reproduce":
@@ -145,6 +218,25 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"jaxsci: error: {exc}", file=sys.stderr)
         return 2
+    except Interrupted as exc:
+        print(f"jaxsci: {exc}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("jaxsci: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # an internal failure: a short message, the traceback in a log
+        import tempfile
+        import traceback
+
+        log = Path(tempfile.gettempdir()) / "jaxsci-error.log"
+        try:
+            log.write_text(traceback.format_exc())
+            where = f"; the traceback is in {log}"
+        except OSError:
+            where = ""
+        print(f"jaxsci: internal error: {type(exc).__name__}: {str(exc)[:500]}{where}",
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -15,6 +15,10 @@ or ``=1`` forces either choice.
 
 import json
 import os
+import re
+import sys
+import time
+from collections import defaultdict
 from pathlib import Path
 
 # One cache folder per pytest-xdist worker, so two processes never write the same
@@ -28,6 +32,9 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
+
+# The property harness (tests/properties.py) is imported by name from test files.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
 jax.config.update(
@@ -51,6 +58,50 @@ def pytest_configure(config):
             os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
 
 
+def _figure_labels(fig):
+    """(title, xlabel, ylabel) of every data axes of a figure (colorbars left out)."""
+    out = []
+    suptitle = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) else ""
+    for ax in fig.axes:
+        if ax.get_label() == "<colorbar>" or not ax.get_visible() or not ax.axison:
+            continue
+        title = ax.get_title() or ax.get_title("left") or ax.get_title("right") or suptitle
+        out.append({"title": title, "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(),
+                    "zlabel": getattr(ax, "get_zlabel", lambda: "-")()})
+    return out
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory):
+    """``smoke_run(name)``: the experiment's smoke config through the driver, once per
+    worker. Returns ``(folder, metrics, figures)``; ``figures`` maps each saved file to
+    the labels of its axes (recorded as the figure is saved)."""
+    from jaxsci.core import results, run_experiment
+    from jaxsci.experiments import load
+
+    cache = {}
+
+    def run(name):
+        if name not in cache:
+            out = tmp_path_factory.mktemp(f"{name}_smoke")
+            figures = {}
+            real = results.Report.add_figure
+
+            def add_figure(self, fig, filename, caption=""):
+                figures[filename] = _figure_labels(fig)
+                return real(self, fig, filename, caption)
+
+            results.Report.add_figure = add_figure
+            try:
+                run_experiment(load(name).EXPERIMENT, "smoke", out, progress=False)
+            finally:
+                results.Report.add_figure = real
+            cache[name] = (out, json.loads((out / "metrics.json").read_text()), figures)
+        return cache[name]
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def run_experiment(tmp_path_factory):
     """``run_experiment(module, size)``: run that config into a fresh folder.
@@ -58,9 +109,11 @@ def run_experiment(tmp_path_factory):
     Returns ``(folder, metrics)``; shared by the experiment tests' smoke fixtures.
     """
 
+    from jaxsci.core import run_experiment
+
     def run(module, size):
         out = tmp_path_factory.mktemp(f"{module.__name__.rsplit('.', 1)[-1]}_{size}")
-        module.run(module.CONFIGS[size], out, progress=False)
+        run_experiment(module.EXPERIMENT, size, out, progress=False)
         return out, json.loads((out / "metrics.json").read_text())
 
     return run
@@ -85,3 +138,51 @@ def assert_finite_metrics():
             assert vals.size and np.all(np.isfinite(vals)), key
 
     return check
+
+
+# ---------------------------------------------------------------------------------------
+# Test time per method, against DESIGN's budgets (printed at the end of every run).
+
+BUDGET_UNIT_S = 15.0  # unit + smoke + property tests, per method
+BUDGET_REPRODUCE_S = 240.0  # the quick trend test(s), per method
+_TIMES: dict = defaultdict(lambda: [0.0, 0.0])
+
+
+def _method_of(nodeid: str):
+    from jaxsci.experiments import REGISTRY
+
+    path, _, rest = nodeid.partition("::")
+    m = re.search(r"test_(\w+)\.py$", path)
+    stem = m.group(1) if m else ""
+    if stem in REGISTRY:
+        return stem
+    m = re.search(r"(?:Test\w+?_|\[)(\w+?)(?:\.|-|$|::)", rest)
+    if m and m.group(1) in REGISTRY:
+        return m.group(1)
+    return None
+
+
+def pytest_runtest_logreport(report):
+    method = _method_of(report.nodeid)
+    if method is None:
+        return
+    slot = 1 if "reproduce" in report.keywords else 0
+    _TIMES[method][slot] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if not _TIMES:
+        return
+    tr = terminalreporter
+    tr.section("test time per method (budget: unit+smoke+property 15 s, quick trend 240 s)")
+    over = []
+    for method, (unit, repro) in sorted(_TIMES.items()):
+        flag = ""
+        if unit > 2 * BUDGET_UNIT_S or repro > 2 * BUDGET_REPRODUCE_S:
+            flag = "  OVER 2x BUDGET"
+            over.append(method)
+        tr.write_line(f"{method:<20} unit+smoke {unit:7.1f} s   reproduce {repro:7.1f} s{flag}")
+    if over and os.environ.get("JAXSCI_ENFORCE_BUDGET", "0") == "1":
+        tr.write_line(f"FAILED: methods over twice their test budget: {over}")
+        if tr._session.exitstatus == 0:
+            tr._session.exitstatus = 1

@@ -16,21 +16,17 @@ and sharded over every device. Patterns differ in number between loads, so each
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import time
-from pathlib import Path
 
 import jax
 import numpy as np
-from tqdm.auto import tqdm
 
-from jaxsci.core import Report, sweep, to_jsonable
+from jaxsci.core import Claim, Context, Experiment, Metric, sweep
 from jaxsci.core.results import pyplot
 from jaxsci.core.validation import check_int, check_scalar
 from jaxsci.dynamics import hopfield as hf
 
-__all__ = ["HopfieldConfig", "CONFIGS", "run", "METRIC_KEYS"]
+__all__ = ["HopfieldConfig", "CONFIGS", "EXPERIMENT", "run"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +48,7 @@ class HopfieldConfig:
     # step stays under this many GB; larger grids run in several calls.
     memory_budget_gb: float = 2.0
 
-    def validate(self) -> HopfieldConfig:
+    def __post_init__(self):
         check_int("n", self.n, min=2)
         check_int("chains", self.chains, min=1)
         check_int("disorder", self.disorder, min=1)
@@ -78,7 +74,6 @@ class HopfieldConfig:
                 f"alphas reach M = e^(alpha N) = {m} patterns at N = {self.n}, above "
                 f"max_patterns = {self.max_patterns}; lower max(alphas) or n"
             )
-        return self
 
 
 CONFIGS = {
@@ -101,25 +96,6 @@ CONFIGS = {
     ),
 }
 
-METRIC_KEYS = (
-    "alpha_th_lsr_gaussian",
-    "alpha_th_lsr_exact",
-    "alpha_c_T0_lse_gaussian",
-    "alpha_c_T0_lse_exact",
-    "alpha_c_T0_lse_mc",
-    "alpha_c_T0_lsr_mc",
-    "boundary_agreement_lse_gaussian",
-    "boundary_agreement_lse_exact",
-    "boundary_agreement_lsr_gaussian",
-    "boundary_agreement_lsr_exact",
-    "lsr_min_alignment_below_th",
-    "alphas",
-    "temperatures",
-    "alignment_lse",
-    "alignment_lsr",
-    "alignment_se_lse",
-    "alignment_se_lsr",
-)
 
 
 def simulate_cell_grid(
@@ -185,42 +161,29 @@ def crossing_alpha(alphas: np.ndarray, values: np.ndarray, threshold: float) -> 
     return float(a0 + (v0 - threshold) * (a1 - a0) / (v0 - v1)), False
 
 
-def run(
-    config: HopfieldConfig, out_dir: str | Path, *, seed: int = 0, progress: bool = True
-) -> Report:
-    """Run the phase-diagram reproduction and write metrics, figure and report.
+def run(config: HopfieldConfig, ctx: Context) -> dict:
+    """The phase-diagram reproduction: metrics, figure and report.
 
-    Each finished (kernel, alpha) cell is saved to ``out_dir/progress.json``; rerunning
-    after an interruption with the same config and seed reuses those cells and
-    simulates only the rest (removed once the report is written).
+    Each (kernel, alpha) cell is a ``ctx.cell``: after an interruption, rerunning the
+    same command reuses the finished cells and simulates only the rest.
     """
-    config.validate()
-    check_int("seed", seed, min=0)
-    report = Report("hopfield: Dense Associative Memory phase diagrams (LSE vs LSR)", out_dir)
-    key = jax.random.key(seed)
     alphas = np.asarray(config.alphas, np.float64)
     temps = np.asarray(config.temperatures, np.float64)
     kernels = ("lse", "lsr")
     grids: dict[str, dict[str, np.ndarray]] = {}
-    progress_file = report.out_dir / "progress.json"
-    done = _load_progress(progress_file, config, seed)
-    t0 = time.perf_counter()
-    bar = tqdm(
-        total=len(alphas) * len(kernels), desc="hopfield MC", disable=not progress, leave=False
-    )
+    bar = ctx.bar(total=len(alphas) * len(kernels), desc="hopfield MC cells")
     for kernel in kernels:
         mean = np.zeros((len(alphas), len(temps)))
         se = np.zeros_like(mean)
         acc = np.zeros_like(mean)
         for i, alpha in enumerate(alphas):
             bar.set_postfix(kernel=kernel, alpha=f"{alpha:.3f}", M=hf.num_patterns(alpha, config.n))
-            tag = f"{kernel}/{i}"
-            if tag in done:  # finished before an interruption: reuse, bit for bit
-                cell = {k: np.asarray(v, np.float32) for k, v in done[tag].items()}
-            else:
-                cell = simulate_cell_grid(jax.random.fold_in(key, i), config, float(alpha), kernel)
-                done[tag] = cell
-                _save_progress(progress_file, config, seed, done)
+            cell = ctx.cell(
+                f"{kernel}/{i}",
+                lambda i=i, alpha=alpha, kernel=kernel: simulate_cell_grid(
+                    jax.random.fold_in(ctx.key, i), config, float(alpha), kernel
+                ),
+            )
             a = cell["alignment"]
             mean[i] = a.mean(1)
             se[i] = a.std(1, ddof=1) / math.sqrt(a.shape[1]) if a.shape[1] > 1 else 0.0
@@ -228,46 +191,19 @@ def run(
             bar.update()
         grids[kernel] = {"mean": mean, "se": se, "acceptance": acc}
     bar.close()
-    wall = time.perf_counter() - t0
 
     metrics = analyse(config, alphas, temps, grids)
-    metrics["wall_time_s"] = wall
     metrics["num_patterns"] = [hf.num_patterns(a, config.n) for a in alphas]
-    metrics["config"] = dataclasses.asdict(config)
-    metrics["seed"] = seed
-    report.metrics = metrics
     fig = plot_phase_diagrams(config, alphas, temps, grids)
-    report.add_figure(
+    ctx.report.add_figure(
         fig,
         "phase_diagrams.png",
         "Mean alignment with the target over (alpha, T); lines: analytic retrieval "
         "boundaries (solid: Gaussian overlap density as in the paper, dashed: exact "
         "sphere density; dotted verticals: LSR alpha_th).",
     )
-    report.add_text(summary_markdown(config, metrics))
-    report.write()
-    progress_file.unlink(missing_ok=True)
-    return report
-
-
-def _load_progress(path: Path, config: HopfieldConfig, seed: int) -> dict:
-    """Cells finished by an interrupted run with the same config and seed."""
-    if not path.exists():
-        return {}
-    try:
-        saved = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-    if saved.get("config") != to_jsonable(config) or saved.get("seed") != seed:
-        return {}  # a different run wrote it: start afresh rather than mix results
-    return saved.get("cells", {})
-
-
-def _save_progress(path: Path, config: HopfieldConfig, seed: int, cells: dict) -> None:
-    payload = {"config": to_jsonable(config), "seed": seed, "cells": to_jsonable(cells)}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(payload))
-    tmp.replace(path)  # atomic: an interruption never leaves a half-written file
+    ctx.report.add_text(summary_markdown(config, metrics))
+    return metrics
 
 
 def analyse(config, alphas, temps, grids) -> dict:
@@ -301,6 +237,9 @@ def analyse(config, alphas, temps, grids) -> dict:
             m[f"boundary_agreement_{kernel}_{density}"] = float(np.mean(theory == retrieved))
             m[f"boundary_{kernel}_{density}"] = bound
         ga, ex = (m[f"boundary_agreement_{kernel}_{d}"] for d in ("gaussian", "exact"))
+        m[f"boundary_agreement_{kernel}_best"] = max(ga, ex)
+        m[f"retrieved_cells_{kernel}"] = int(retrieved.sum())
+        m[f"max_alignment_highest_T_{kernel}"] = float(g["mean"][:, -1].max())
         m[f"preferred_density_{kernel}"] = "exact" if ex > ga else "gaussian" if ga > ex else "tie"
     below = alphas < min(m["alpha_th_lsr_gaussian"], m["alpha_th_lsr_exact"])
     m["lsr_min_alignment_below_th"] = (
@@ -362,7 +301,6 @@ def summary_markdown(config, m) -> str:
         ("boundary agreement LSR (Gaussian / exact)",
          f"{m['boundary_agreement_lsr_gaussian']:.3f} / {m['boundary_agreement_lsr_exact']:.3f}"),
         ("LSR min alignment below alpha_th (all T)", f"{m['lsr_min_alignment_below_th']:.3f}"),
-        ("wall time", f"{m['wall_time_s']:.1f} s"),
     ]
     table = "| quantity | value |\n|---|---|\n" + "\n".join(f"| {a} | {b} |" for a, b in rows)
     verdict = (
@@ -374,3 +312,64 @@ def summary_markdown(config, m) -> str:
         "A '+' marks a capacity that was not reached on the grid (lower bound)."
     )
     return table + "\n\n" + verdict + "\n"
+
+
+METRICS = (
+    Metric("alpha_th_lsr_gaussian", "LSR threshold load alpha_th, Gaussian overlap density"),
+    Metric("alpha_th_lsr_exact", "LSR threshold load alpha_th, exact sphere density"),
+    Metric("alpha_c_T0_lse_gaussian", "LSE capacity at T = 0, Gaussian density (paper: 0.5)"),
+    Metric("alpha_c_T0_lse_exact", "LSE capacity at T = 0, exact density (infinite by theory)",
+           finite=False),
+    Metric("alpha_c_T0_lse_mc", "LSE capacity from MC at the lowest T", better="higher"),
+    Metric("alpha_c_T0_lsr_mc", "LSR capacity from MC at the lowest T", better="higher"),
+    Metric("boundary_agreement_lse_gaussian", "fraction of cells where MC and the Gaussian "
+           "boundary agree (LSE)", better="higher"),
+    Metric("boundary_agreement_lse_exact", "same, exact density (LSE)", better="higher"),
+    Metric("boundary_agreement_lsr_gaussian", "same, Gaussian density (LSR)", better="higher"),
+    Metric("boundary_agreement_lsr_exact", "same, exact density (LSR)", better="higher"),
+    Metric("boundary_agreement_lse_best", "the better of the two densities (LSE)",
+           better="higher"),
+    Metric("boundary_agreement_lsr_best", "the better of the two densities (LSR)",
+           better="higher"),
+    Metric("lsr_min_alignment_below_th", "LSR's lowest mean alignment below alpha_th, any T",
+           better="higher"),
+    Metric("max_alignment_highest_T_lse", "LSE's best mean alignment at the highest T"),
+    Metric("retrieved_cells_lse", "(alpha, T) cells with mean alignment > threshold (LSE)"),
+    Metric("retrieved_cells_lsr", "(alpha, T) cells with mean alignment > threshold (LSR)"),
+    Metric("threshold", "mean alignment above which a cell counts as retrieval"),
+    Metric("alphas", "loads simulated"),
+    Metric("temperatures", "temperatures simulated"),
+    Metric("alignment_lse", "mean alignment per (alpha, T), LSE"),
+    Metric("alignment_lsr", "mean alignment per (alpha, T), LSR"),
+    Metric("alignment_se_lse", "standard error of the mean alignment, LSE"),
+    Metric("alignment_se_lsr", "standard error of the mean alignment, LSR"),
+)
+
+CLAIMS = (
+    Claim("boundary_lse", "The Monte-Carlo phase diagram of LSE follows the analytic "
+          "retrieval boundary", "boundary_agreement_lse_best >= 0.8",
+          note="agreement is the fraction of (alpha, T) cells on the same side; the "
+          "better of the Gaussian and exact overlap densities"),
+    Claim("boundary_lsr", "The Monte-Carlo phase diagram of LSR follows the analytic "
+          "retrieval boundary", "boundary_agreement_lsr_best >= 0.8"),
+    Claim("lsr_retrieves_below_th", "Below alpha_th, LSR retrieves the target at every "
+          "temperature", "lsr_min_alignment_below_th > threshold"),
+    Claim("lse_critical_line", "LSE has a critical temperature at every load: at high T "
+          "even the smallest load is lost", "max_alignment_highest_T_lse < threshold"),
+    Claim("lsr_larger_region", "LSR keeps a larger retrieval region of the (alpha, T) "
+          "plane than LSE", "retrieved_cells_lsr > retrieved_cells_lse"),
+    Claim("capacity_T0", "Near T = 0 retrieval extends to loads near alpha_c(0) = 0.5",
+          "min(alpha_c_T0_lse_mc, alpha_c_T0_lsr_mc) >= 0.4", paper_value="alpha_c(0) = 0.5",
+          note="at N = 20 on the quick grid; the MC capacity is a lower bound when censored"),
+)
+
+EXPERIMENT = Experiment(
+    name="hopfield",
+    title="Dense Associative Memory phase diagrams (LSE vs LSR)",
+    paper="Thermodynamic capacity of continuous Dense Associative Memory, LSE vs LSR "
+          "kernels (ICML 2026)",
+    configs=CONFIGS,
+    metrics=METRICS,
+    claims=CLAIMS,
+    run=run,
+)

@@ -1,0 +1,236 @@
+"""The property harness: every public entry point, every transformation.
+
+Each method declares its entry points in ``tests/cases/<method>.py`` as a ``CASES``
+list of :class:`Case` (lineax's ``tests/helpers.py`` pattern); ``tests/test_properties.py``
+checks every case for
+
+* ``jit``: ``equinox.filter_jit(fn)`` equals the eager call;
+* ``vmap``: for each name in ``vmap``, ``filter_vmap`` over a batch of that argument
+  equals a Python loop (this is what "vmappable in x" in a docstring promises);
+* ``grad``: for each name in ``grad``, ``jax.grad`` of ``loss(out)`` against central
+  finite differences along a random direction, in float64;
+* ``zero_grad``: for each name in ``zero_grad``, the gradient is exactly zero (where it
+  is zero by construction, e.g. through Metropolis accept steps; the docstring says so);
+* ``determinism``: the same ``key`` gives the same result, another key another one;
+* ``bad``: each bad input raises a clear error naming the argument (eagerly, or under
+  ``jit`` for value checks that run through ``equinox.error_if``).
+
+A case's ``kwargs`` are built by ``make()`` (called inside the float64 context for the
+gradient checks, so build arrays with ``jnp.asarray(..., float)`` defaults).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["Bad", "Case", "CHECKS", "check"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Bad:
+    """One bad input: ``overrides`` replace kwargs; expect ``error`` matching ``match``.
+
+    ``jit=True``: the check is a value check that must also fire inside ``jit`` (an
+    ``equinox.error_if``); the call is then made under ``filter_jit`` and any exception
+    whose message matches counts.
+    """
+
+    overrides: dict[str, Any]
+    error: type[BaseException] | tuple[type[BaseException], ...]
+    match: str
+    jit: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str  # "<method>.<function>" (the method prefix attributes test time)
+    fn: Callable[..., Any]
+    make: Callable[[], dict[str, Any]]
+    out: Callable[[Any], Any] = lambda y: y  # arrays to compare, from the output
+    loss: Callable[[Any], Any] | None = None  # scalar for gradients; default: sum of out
+    vmap: tuple[str, ...] = ()
+    batch: dict[str, Callable[[Any], Any]] = dataclasses.field(default_factory=dict)
+    grad: tuple[str, ...] = ()
+    zero_grad: tuple[str, ...] = ()
+    key: str | None = None
+    bad: tuple[Bad, ...] = ()
+    jit: bool = True
+    rtol: float = 1e-5
+    atol: float = 1e-6
+    fd_rtol: float = 1e-4
+    fd_eps: float = 1e-6
+
+    @property
+    def method(self) -> str:
+        return self.name.split(".")[0]
+
+
+def _arrays(tree: Any) -> list[np.ndarray]:
+    leaves = jax.tree_util.tree_leaves(eqx.filter(tree, eqx.is_array))
+    out = []
+    for x in leaves:
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            x = jax.random.key_data(x)
+        out.append(np.asarray(x))
+    return out
+
+
+def _assert_close(a: Any, b: Any, rtol: float, atol: float, what: str) -> None:
+    la, lb = _arrays(a), _arrays(b)
+    assert len(la) == len(lb), f"{what}: different output structure"
+    assert la, f"{what}: the output has no arrays to compare"
+    for x, y in zip(la, lb, strict=True):
+        assert x.shape == y.shape, f"{what}: shapes {x.shape} vs {y.shape}"
+        if np.issubdtype(x.dtype, np.inexact):
+            np.testing.assert_allclose(x, y, rtol=rtol, atol=atol, err_msg=what)
+        else:
+            np.testing.assert_array_equal(x, y, err_msg=what)
+
+
+def _default_batch(x: Any) -> Any:
+    """Three distinct values around ``x``: keys are split, floats scaled, ints shifted."""
+    x = jnp.asarray(x) if not isinstance(x, jax.Array) else x
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+        return jax.random.split(x, 3)
+    if jnp.issubdtype(x.dtype, jnp.inexact):
+        return jnp.stack([x, x * 0.9, x * 1.1])
+    if jnp.issubdtype(x.dtype, jnp.integer):
+        return jnp.stack([x, x, x])
+    raise TypeError(f"no default batch for dtype {x.dtype}; give Case.batch")
+
+
+def _call(case: Case, kwargs: dict[str, Any]) -> Any:
+    return case.out(case.fn(**kwargs))
+
+
+def check_jit(case: Case) -> None:
+    kw = case.make()
+    eager = _call(case, kw)
+    jitted = eqx.filter_jit(lambda kw: _call(case, kw))(kw)
+    _assert_close(jitted, eager, case.rtol, case.atol, f"{case.name}: jit vs eager")
+
+
+def check_vmap(case: Case, name: str) -> None:
+    kw = case.make()
+    make_batch = case.batch.get(name, _default_batch)
+    xs = make_batch(kw[name])
+    n = jax.tree_util.tree_leaves(xs)[0].shape[0]
+    batched = eqx.filter_vmap(lambda v: _call(case, {**kw, name: v}))(xs)
+    loop = [_call(case, {**kw, name: jax.tree_util.tree_map(lambda a, i=i: a[i], xs)})
+            for i in range(n)]
+    stacked = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *loop)
+    _assert_close(batched, stacked, case.rtol * 10, case.atol * 10,
+                  f"{case.name}: vmap over {name} vs a loop")
+
+
+def _scalar(case: Case, y: Any) -> Any:
+    if case.loss is not None:
+        return case.loss(y)
+    return sum(jnp.sum(jnp.asarray(x)) for x in jax.tree_util.tree_leaves(
+        eqx.filter(y, eqx.is_inexact_array)))
+
+
+def _grad_setup(case: Case, name: str):
+    kw = case.make()
+    x = kw[name]
+    diff, static = eqx.partition(x, eqx.is_inexact_array)
+
+    def f(d):
+        return _scalar(case, _call(case, {**kw, name: eqx.combine(d, static)}))
+
+    return f, diff
+
+
+def check_grad(case: Case, name: str) -> None:
+    with jax.enable_x64(True):
+        f, diff = _grad_setup(case, name)
+        assert jax.tree_util.tree_leaves(diff), f"{case.name}: {name} has no float leaves"
+        for leaf in jax.tree_util.tree_leaves(diff):
+            assert leaf.dtype == jnp.float64, (
+                f"{case.name}: make() gave {name} as {leaf.dtype}; build floats without a "
+                "fixed float32 dtype so the gradient check runs in float64")
+        g = jax.grad(f)(diff)
+        leaves, treedef = jax.tree_util.tree_flatten(diff)
+        rng = np.random.default_rng(0)
+        direction = jax.tree_util.tree_unflatten(
+            treedef, [jnp.asarray(rng.standard_normal(np.shape(v))) for v in leaves])
+        analytic = sum(jnp.vdot(a, b) for a, b in zip(
+            jax.tree_util.tree_leaves(g), jax.tree_util.tree_leaves(direction), strict=True))
+        eps = case.fd_eps
+        plus = jax.tree_util.tree_map(lambda v, d: v + eps * d, diff, direction)
+        minus = jax.tree_util.tree_map(lambda v, d: v - eps * d, diff, direction)
+        fd = (f(plus) - f(minus)) / (2 * eps)
+        assert np.isfinite(float(analytic)), f"{case.name}: non-finite gradient wrt {name}"
+        np.testing.assert_allclose(float(analytic), float(fd), rtol=case.fd_rtol,
+                                   atol=case.fd_rtol * 1e-2,
+                                   err_msg=f"{case.name}: d/d{name} vs finite differences")
+
+
+def check_zero_grad(case: Case, name: str) -> None:
+    f, diff = _grad_setup(case, name)
+    g = jax.grad(f)(diff)
+    for leaf in jax.tree_util.tree_leaves(g):
+        assert np.all(np.asarray(leaf) == 0), f"{case.name}: d/d{name} is not identically zero"
+
+
+def check_determinism(case: Case) -> None:
+    kw = case.make()
+    a = _call(case, kw)
+    b = _call(case, kw)
+    _assert_close(a, b, 0, 0, f"{case.name}: same key, different results")
+    other = _call(case, {**kw, case.key: jax.random.fold_in(kw[case.key], 1)})
+    differs = any(not np.array_equal(x, y) for x, y in zip(_arrays(a), _arrays(other),
+                                                           strict=True))
+    assert differs, f"{case.name}: another key gives the same result (is the key used?)"
+
+
+def check_bad(case: Case, i: int) -> None:
+    import pytest
+
+    bad = case.bad[i]
+    kw = {**case.make(), **bad.overrides}
+    if bad.jit:
+        with pytest.raises(Exception) as info:  # noqa: PT011 - the message is what we check
+            jax.block_until_ready(eqx.filter_jit(lambda kw: _call(case, kw))(kw))
+        assert re.search(bad.match, str(info.value)), (
+            f"{case.name}: error under jit does not say {bad.match!r}: {str(info.value)[:300]}")
+    else:
+        with pytest.raises(bad.error, match=bad.match):
+            _call(case, kw)
+
+
+def checks(case: Case) -> list[tuple[str, Callable[[], None]]]:
+    """Every (id, check) pair a case declares."""
+    out = []
+    if case.jit:
+        out.append(("jit", lambda: check_jit(case)))
+    for n in case.vmap:
+        out.append((f"vmap[{n}]", lambda n=n: check_vmap(case, n)))
+    for n in case.grad:
+        out.append((f"grad[{n}]", lambda n=n: check_grad(case, n)))
+    for n in case.zero_grad:
+        out.append((f"zero_grad[{n}]", lambda n=n: check_zero_grad(case, n)))
+    if case.key is not None:
+        out.append(("determinism", lambda: check_determinism(case)))
+    for i in range(len(case.bad)):
+        out.append((f"bad[{i}]", lambda i=i: check_bad(case, i)))
+    return out
+
+
+CHECKS = ("jit", "vmap", "grad", "zero_grad", "determinism", "bad")
+
+
+def check(case: Case, which: str) -> None:
+    for cid, fn in checks(case):
+        if cid == which:
+            fn()
+            return
+    raise KeyError(which)

@@ -1,0 +1,42 @@
+"""One parametrised test over every declared entry point (``tests/cases/*.py``) and
+every property it declares (see ``tests/properties.py``)."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from properties import checks
+
+CASES_DIR = Path(__file__).parent / "cases"
+
+
+def _load_cases():
+    out = []
+    for path in sorted(CASES_DIR.glob("*.py")):
+        if path.stem.startswith("_"):
+            continue
+        spec = importlib.util.spec_from_file_location(f"cases_{path.stem}", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        out.extend(mod.CASES)
+    return out
+
+
+PARAMS = [pytest.param(fn, id=f"{case.name}-{cid}") for case in _load_cases()
+          for cid, fn in checks(case)]
+
+
+@pytest.mark.parametrize("check", PARAMS)
+def test_property(check):
+    check()
+
+
+def test_every_landed_method_declares_three_entry_points():
+    from jaxsci.experiments import REGISTRY
+
+    per = {}
+    for case in _load_cases():
+        per.setdefault(case.method, set()).add(case.name)
+    implemented = [n for n, e in REGISTRY.items() if e.status == "implemented"]
+    short = {n: len(per.get(n, ())) for n in implemented if len(per.get(n, ())) < 3}
+    assert not short, f"methods with fewer than 3 entry points in the harness: {short}"

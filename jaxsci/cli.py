@@ -76,6 +76,8 @@ def _check_out(path: Path) -> Path:
     if path.exists() and not path.is_dir():
         raise UsageError(f"--out must be a folder, but {str(path)!r} is a file")
     parent = path if path.exists() else next((p for p in path.parents if p.exists()), Path("."))
+    if not parent.is_dir():
+        raise UsageError(f"--out {str(path)!r} cannot be created: {str(parent)!r} is a file")
     if not os.access(parent, os.W_OK):
         raise UsageError(f"--out {str(path)!r} is not writable")
     return path

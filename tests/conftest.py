@@ -17,7 +17,6 @@ import json
 import os
 import re
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 

@@ -61,6 +61,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import orbax.checkpoint as ocp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm import tqdm
 
 from jaxsci.core.validation import check_int, check_key
@@ -82,6 +83,14 @@ class TrainConfig:
       log_every: how often (in steps) the bar's postfix shows the loss; also how
         often the host waits for the device.
       keep: how many of the latest checkpoints orbax keeps.
+      desc: the progress bar's name (say what is being trained).
+      data_parallel: shard the batch's leading axis over all of ``jax.devices()``
+        (a 1-D ``"batch"`` mesh, parameters and optimizer state replicated) when
+        more than one device is present and a ``batch_fn`` is given. ``None``
+        (default) does so automatically; ``False`` keeps everything on one device.
+        The same code runs on one CPU, several GPUs, or several hosts after
+        ``jax.distributed.initialize()``; the loss trajectory equals the
+        one-device run up to floating-point reassociation of the batch mean.
     """
 
     steps: int
@@ -90,8 +99,12 @@ class TrainConfig:
     progress: bool = True
     log_every: int = 50
     keep: int = 2
+    desc: str = "train"
+    data_parallel: bool | None = None
 
     def __post_init__(self) -> None:
+        if self.data_parallel is not None and not isinstance(self.data_parallel, bool):
+            raise TypeError(f"data_parallel must be a bool or None, got {self.data_parallel!r}")
         check_int("steps", self.steps, min=1)
         check_int("checkpoint_every", self.checkpoint_every, min=0)
         check_int("log_every", self.log_every, min=1)
@@ -208,12 +221,44 @@ def _split_output(out: Any, has_aux: bool) -> tuple[jax.Array, Any]:
     return loss, aux
 
 
+def _batch_mesh(config: TrainConfig, batch_fn: Any) -> Mesh | None:
+    """The 1-D data-parallel mesh, or None when the run stays on one device."""
+    devices = jax.devices()
+    wanted = config.data_parallel if config.data_parallel is not None else len(devices) > 1
+    if not wanted or batch_fn is None or len(devices) == 1:
+        return None
+    return Mesh(np.asarray(devices), ("batch",))
+
+
+def _shard_batch(batch: Any, mesh: Mesh | None) -> Any:
+    if mesh is None:
+        return batch
+    n = mesh.devices.size
+    spec = NamedSharding(mesh, PartitionSpec("batch"))
+
+    def constrain(x):
+        if eqx.is_array(x) and x.ndim >= 1 and x.shape[0] % n == 0:
+            return jax.lax.with_sharding_constraint(x, spec)
+        return x  # a leaf without a divisible batch axis stays as XLA places it
+
+    return jax.tree_util.tree_map(constrain, batch)
+
+
+def _replicate(tree: Any, mesh: Mesh | None) -> Any:
+    if mesh is None:
+        return tree
+    rep = NamedSharding(mesh, PartitionSpec())
+    return jax.tree_util.tree_map(
+        lambda x: jax.device_put(x, rep) if eqx.is_array(x) else x, tree)
+
+
 def _make_step(
     loss_fn: Callable[..., Any],
     optimizer: optax.GradientTransformation,
     static: TrainState,
     batch_fn: Callable[[jax.Array, jax.Array], Any] | None,
     has_aux: bool,
+    mesh: Mesh | None = None,
 ) -> Callable[[TrainState], tuple[TrainState, jax.Array, Any]]:
     # The non-array part of the state (module structure, activation functions)
     # is closed over, so jit sees a plain pytree of arrays and compiles once.
@@ -224,7 +269,7 @@ def _make_step(
             call = lambda p: loss_fn(p, loss_key)
         else:
             key, batch_key, loss_key = jax.random.split(state.key, 3)
-            batch = batch_fn(state.step, batch_key)
+            batch = _shard_batch(batch_fn(state.step, batch_key), mesh)
             call = lambda p: loss_fn(p, batch, loss_key)
         diff, fixed = eqx.partition(state.params, eqx.is_inexact_array)
 
@@ -427,7 +472,9 @@ def fit(
         if manager is not None and (latest := manager.latest_step()) is not None:
             dyn, prev = _restore(manager, latest, dyn, directory)
             dyn = _canonical(dyn)
-        step_fn = _make_step(loss_fn, optimizer, static, batch_fn, has_aux)
+        mesh = _batch_mesh(config, batch_fn)
+        dyn = _replicate(dyn, mesh)
+        step_fn = _make_step(loss_fn, optimizer, static, batch_fn, has_aux, mesh)
         start = int(dyn.step)
         prev_loss = prev.get("loss")
         prev_aux = list(prev["aux"]) if has_aux and "aux" in prev else []
@@ -439,7 +486,7 @@ def fit(
             total=config.steps,
             initial=min(start, config.steps),
             disable=not config.progress,
-            desc="train",
+            desc=config.desc,
             dynamic_ncols=True,
         ) as bar:
             for done in range(start + 1, config.steps + 1):

@@ -29,9 +29,11 @@ SCRIPT = textwrap.dedent(
 
     grid = product_grid(w=np.linspace(0.5, 3.0, 7), c=np.array([0.0, 0.1, 0.5]))
     out = sweep(simulate, grid)
+    chunked = sweep(simulate, grid, chunk_size=5)
     n_shards = len(out["final"].sharding.device_set)
     print(json.dumps({"devices": jax.device_count(), "shards": n_shards,
                       "final": np.asarray(out["final"]).tolist(),
+                      "chunked": np.asarray(chunked["final"]).tolist(),
                       "energy": np.asarray(out["energy"]).tolist()}))
     """
 )
@@ -53,6 +55,35 @@ def test_sweep_same_result_on_1_and_4_devices():
     assert four["shards"] == 4  # the 21-point grid (padded to 24) really is split 4 ways
     np.testing.assert_allclose(one["final"], four["final"], rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(one["energy"], four["energy"], rtol=1e-6)
+    # chunk_size: the same numbers as one call, and identical on 1 and 4 devices
+    np.testing.assert_array_equal(one["chunked"], one["final"])
+    np.testing.assert_array_equal(four["chunked"], four["final"])
+    np.testing.assert_array_equal(one["chunked"], four["chunked"])
+
+
+def test_second_sweep_of_the_same_fn_does_not_compile_again():
+    traces = []
+
+    def fn(p):
+        traces.append(1)  # runs once per trace (compilation), not per evaluation
+        return jnp.sin(p["x"]) * p["y"]
+
+    grid = {"x": np.linspace(0, 1, 6), "y": np.arange(6.0)}
+    first = sweep(fn, grid)
+    assert len(traces) == 1
+    for _ in range(3):
+        again = sweep(fn, grid)
+    assert len(traces) == 1
+    np.testing.assert_array_equal(first, again)
+    # chunks reuse one program for every chunk (here 3 chunks of 2 points)
+    chunked = sweep(fn, grid, chunk_size=2)
+    assert len(traces) == 2
+    np.testing.assert_array_equal(chunked, first)
+
+
+def test_sweep_chunk_size_is_checked():
+    with pytest.raises(ValueError, match="chunk_size must be a positive int"):
+        sweep(lambda p: p["x"], {"x": np.arange(3.0)}, chunk_size=0)
 
 
 def test_sweep_matches_python_loop_and_grid_order():

@@ -249,3 +249,43 @@ def test_mismatched_checkpoint_is_a_clear_error(tmp_path):
     # Other optimizer: a different number of state arrays.
     with pytest.raises(ValueError, match=r"checkpoint_dir.*arrays"):
         fit(_scalar_loss, jnp.ones(2), optax.adam(0.1), jax.random.key(0), cfg(4))
+
+
+_DP_SCRIPT = """
+import json
+import jax, jax.numpy as jnp, optax
+from jaxsci.core import TrainConfig, fit
+X = jax.random.normal(jax.random.key(0), (64, 3))
+y = X @ jnp.array([1.0, -2.0, 0.5]) + 0.1
+def batch_fn(step, key):
+    i = jax.random.choice(key, 64, (16,), replace=False)
+    return X[i], y[i]
+def loss(p, b, key):
+    xb, yb = b
+    return jnp.mean((xb @ p["w"] + p["b"] - yb) ** 2)
+st, losses = fit(loss, {"w": jnp.zeros(3), "b": jnp.zeros(())}, optax.adam(0.05),
+                 jax.random.key(1), TrainConfig(steps=30, progress=False), batch_fn=batch_fn)
+print(json.dumps({"n": jax.device_count(), "losses": losses.tolist(),
+                  "param_devices": len(st.params["w"].sharding.device_set)}))
+"""
+
+
+def _fit_on(n_devices):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={n_devices}",
+               JAX_PLATFORMS="cpu")
+    res = subprocess.run([sys.executable, "-c", _DP_SCRIPT], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_fit_data_parallel_on_4_devices_matches_1_device():
+    one, four = _fit_on(1), _fit_on(4)
+    assert one["n"] == 1 and four["n"] == 4
+    assert four["param_devices"] == 4  # parameters replicated over the 4-device mesh
+    np.testing.assert_allclose(four["losses"], one["losses"], rtol=1e-5, atol=1e-6)

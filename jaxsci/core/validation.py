@@ -15,6 +15,7 @@ import jax
 import numpy as np
 
 __all__ = [
+    "as_array",
     "check_int",
     "check_scalar",
     "check_array",
@@ -25,6 +26,54 @@ __all__ = [
 
 def _is_tracer(x: Any) -> bool:
     return isinstance(x, jax.core.Tracer)
+
+
+_WARNED_X64 = False
+
+
+def as_array(name: str, value: Any, *, dtype: str = "floating") -> jax.Array:
+    """Convert an array-like at the boundary, once: a JAX array of JAX's default dtype.
+
+    Lists, tuples, scalars and NumPy arrays are accepted. Floats become JAX's default
+    float dtype (float32 unless ``jax_enable_x64`` is on): NumPy's float64 input is then
+    converted here, with one warning per process (not one per internal operation), so
+    the rest of the method sees one dtype. ``dtype="integer"`` keeps integers (int32
+    without x64). Tracers pass through unchanged. See ``docs/precision.md``.
+    """
+    global _WARNED_X64
+    import jax.numpy as jnp
+
+    if _is_tracer(value) or (isinstance(value, jax.Array) and dtype != "floating"):
+        return value
+    try:
+        arr = np.asarray(value) if not isinstance(value, jax.Array) else value
+    except Exception as exc:
+        raise TypeError(f"{name} must be an array-like, got {type(value).__name__}") from exc
+    if arr.dtype == object:
+        raise TypeError(f"{name} must be a numeric array-like, got ragged or object data")
+    if dtype == "floating":
+        if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+            raise TypeError(f"{name} must be numeric, got dtype {arr.dtype}")
+        if np.iscomplexobj(arr):
+            raise TypeError(f"{name} must be real, got dtype {arr.dtype}")
+        target = jnp.zeros((), float).dtype  # float32, or float64 under x64
+        if (np.dtype(arr.dtype) == np.float64 and target != np.float64 and not _WARNED_X64):
+            import warnings
+
+            _WARNED_X64 = True
+            warnings.warn(
+                f"{name}: float64 input converted to {target} (jax_enable_x64 is off); "
+                "jaxsci computes in JAX's default precision. Enable x64 before importing "
+                "jax for float64 (docs/precision.md). This warning is shown once.",
+                UserWarning, stacklevel=3)
+        if np.issubdtype(arr.dtype, np.floating) and arr.dtype == target:
+            return jnp.asarray(arr)
+        return jnp.asarray(np.asarray(arr, dtype=target))
+    if dtype == "integer":
+        if not np.issubdtype(arr.dtype, np.integer):
+            raise TypeError(f"{name} must have an integer dtype, got {arr.dtype}")
+        return jnp.asarray(arr)
+    raise ValueError(f"unknown dtype kind {dtype!r}")
 
 
 def check_int(name: str, value: Any, *, min: int | None = None, max: int | None = None) -> int:

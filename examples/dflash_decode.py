@@ -27,7 +27,8 @@ data = jnp.concatenate([
     df.target_outputs(jax.random.key(3), target, prefixes[:512], 64, temperature=0.0),
     df.target_outputs(jax.random.key(4), target, prefixes[512:], 64, temperature=1.0),
 ])
-drafter_config = df.DrafterConfig.for_target(config, kind="block", block_size=8)
+# The drafter's own settings; its widths are the target's (Drafter(config, target)).
+drafter_config = df.DrafterConfig(kind="block", n_layers=1, block_size=8)
 drafter, _ = df.train_drafter(jax.random.key(5), target, drafter_config, data, steps=400,
                               learning_rate=5e-3, progress=True)
 

@@ -1,7 +1,7 @@
 r"""DFlash: lossless speculative decoding with a block-diffusion drafter.
 
 Paper: "DFlash: Block Diffusion for Flash Speculative Decoding" (Chen, Liang & Liu,
-ICML 2026; arXiv:2602.06036; abstract in ``shared/seeds/004_*.txt``). A small
+ICML 2026; arXiv:2602.06036). A small
 *block-diffusion* drafter proposes a block of tokens in **one forward pass**,
 conditioned on hidden states of the target model, and the target verifies the whole
 block in one forward pass, so that each target pass yields several tokens, with an
@@ -72,6 +72,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -80,7 +81,14 @@ from flax import nnx
 from jaxtyping import Array, Float, Int
 
 from jaxsci.common.lm import decode
-from jaxsci.common.lm.model import MLP, KVCache, Transformer, TransformerConfig, rope
+from jaxsci.common.lm.model import (
+    MLP,
+    KVCache,
+    Transformer,
+    TransformerConfig,
+    attention,
+    rope,
+)
 from jaxsci.common.lm.tokenizer import MASK, PAD
 from jaxsci.common.lm.training import restore_model
 from jaxsci.core.train import TrainConfig, fit
@@ -130,7 +138,12 @@ def default_target_layers(n_layers: int, k: int = 3) -> tuple[int, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class DrafterConfig:
-    """Shape of a :class:`Drafter` (width, heads and context come from the target).
+    """What is the drafter's own: its kind, depth, block size and which target layers it reads.
+
+    The widths (``d_model``, heads, context ``max_len``, RoPE base, norm epsilon) are the
+    target's: they have one owner, the target's
+    :class:`~jaxsci.common.lm.model.TransformerConfig`, which :class:`Drafter` takes
+    next to this config.
 
     Attributes:
       kind: ``"block"`` (DFlash, parallel) or ``"autoregressive"`` (EAGLE-style baseline).
@@ -138,59 +151,44 @@ class DrafterConfig:
         times shallower than the target here too).
       block_size: ``B``, tokens per block including the anchor (``B - 1`` drafts).
         The default used by :func:`speculative_generate` and the training block.
-      target_layers: target hidden states fused into the context feature.
-      d_model, n_heads, d_ff, max_len, rope_base, norm_eps: as the target's
-        (:meth:`for_target` fills them in).
+      target_layers: target hidden states fused into the context feature; ``None``:
+        :func:`default_target_layers` of the target's depth.
+      d_ff: the drafter MLP's hidden width; ``None``: the target's ``d_ff``.
     """
 
     kind: str = "block"
     n_layers: int = 1
     block_size: int = 8
-    target_layers: tuple[int, ...] = (1,)
-    d_model: int = 128
-    n_heads: int = 4
-    d_ff: int = 384
-    max_len: int = 256
-    rope_base: float = 10000.0
-    norm_eps: float = 1e-6
+    target_layers: tuple[int, ...] | None = None
+    d_ff: int | None = None
 
     def __post_init__(self) -> None:
         check_choice("kind", self.kind, KINDS)
-        for name in ("n_layers", "block_size", "d_model", "n_heads", "d_ff", "max_len"):
+        for name in ("n_layers", "block_size"):
             check_int(name, getattr(self, name), min=1)
-        if not self.target_layers:
-            raise ValueError("target_layers must name at least one target layer")
-        for i in self.target_layers:
-            check_int("target_layers[i]", i, min=0)
-        if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
-            raise ValueError(
-                f"d_model / n_heads must be an even integer, got {self.d_model} / {self.n_heads}"
-            )
+        if self.d_ff is not None:
+            check_int("d_ff", self.d_ff, min=1)
+        if self.target_layers is not None:
+            if not self.target_layers:
+                raise ValueError("target_layers must name at least one target layer (or be None)")
+            for i in self.target_layers:
+                check_int("target_layers[i]", i, min=0)
+            object.__setattr__(self, "target_layers", tuple(int(i) for i in self.target_layers))
 
-    @classmethod
-    def for_target(
-        cls,
-        target: TransformerConfig,
-        *,
-        kind: str = "block",
-        n_layers: int = 1,
-        block_size: int = 8,
-        target_layers: Sequence[int] | None = None,
-        d_ff: int | None = None,
-    ) -> DrafterConfig:
-        """A drafter matched to ``target`` (same width, heads and context)."""
-        layers = tuple(target_layers) if target_layers is not None else (
-            default_target_layers(target.n_layers))
+    def resolve(self, target: TransformerConfig) -> DrafterConfig:
+        """This config with ``target_layers`` and ``d_ff`` filled in from ``target``.
+
+        Raises:
+          ValueError: a target layer beyond the target's depth.
+        """
+        if not isinstance(target, TransformerConfig):
+            raise TypeError(f"target must be a TransformerConfig, got {type(target).__name__}")
+        layers = (self.target_layers if self.target_layers is not None
+                  else default_target_layers(target.n_layers))
         for i in layers:
             check_int("target_layers[i]", i, min=0, max=target.n_layers)
-        return cls(kind=kind, n_layers=n_layers, block_size=block_size, target_layers=layers,
-                   d_model=target.d_model, n_heads=target.n_heads,
-                   d_ff=target.d_ff if d_ff is None else d_ff, max_len=target.max_len,
-                   rope_base=target.rope_base, norm_eps=target.norm_eps)
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+        return dataclasses.replace(self, target_layers=tuple(layers),
+                                   d_ff=target.d_ff if self.d_ff is None else self.d_ff)
 
 
 # ----------------------------------------------------------------- the drafter
@@ -199,15 +197,15 @@ class DrafterConfig:
 class DrafterLayer(nnx.Module):
     """Pre-norm layer whose attention sees injected context keys/values plus local ones."""
 
-    def __init__(self, config: DrafterConfig, *, rngs: nnx.Rngs):
-        d, h, e = config.d_model, config.n_heads, config.head_dim
-        self.n_heads, self.head_dim, self.rope_base = h, e, config.rope_base
-        self.attn_norm = nnx.RMSNorm(d, epsilon=config.norm_eps, rngs=rngs)
+    def __init__(self, config: DrafterConfig, target: TransformerConfig, *, rngs: nnx.Rngs):
+        d, h, e = target.d_model, target.n_heads, target.head_dim
+        self.n_heads, self.head_dim, self.rope_base = h, e, target.rope_base
+        self.attn_norm = nnx.RMSNorm(d, epsilon=target.norm_eps, rngs=rngs)
         self.wq = nnx.Linear(d, h * e, use_bias=False, rngs=rngs)
         self.wk = nnx.Linear(d, h * e, use_bias=False, rngs=rngs)
         self.wv = nnx.Linear(d, h * e, use_bias=False, rngs=rngs)
         self.wo = nnx.Linear(h * e, d, use_bias=False, rngs=rngs)
-        self.mlp_norm = nnx.RMSNorm(d, epsilon=config.norm_eps, rngs=rngs)
+        self.mlp_norm = nnx.RMSNorm(d, epsilon=target.norm_eps, rngs=rngs)
         self.mlp = MLP(d, config.d_ff, rngs=rngs)
 
     def _kv(self, x, positions):
@@ -230,7 +228,7 @@ class DrafterLayer(nnx.Module):
         mask = jnp.concatenate(
             [ctx_mask, jnp.broadcast_to(local_mask, (b, t, t))], axis=-1
         )[:, None]
-        a = jax.nn.dot_product_attention(q, keys, values, mask=mask)
+        a = attention(q, keys, values, mask)
         h = h + self.wo(a.reshape(b, t, -1))
         return h + self.mlp(self.mlp_norm(h)), (k, v)
 
@@ -241,22 +239,42 @@ class Drafter(nnx.Module):
     It owns no embedding or output head: callers embed with ``target.embed_tokens``
     and read logits with ``target.unembed``, as the paper shares (and freezes) the
     target's.
+
+    Args:
+      config: the drafter's own settings (:class:`DrafterConfig`).
+      target: the target (or its :class:`~jaxsci.common.lm.model.TransformerConfig`),
+        whose widths, heads and context the drafter shares.
+      rngs: the initialisation's random streams.
+
+    Attributes:
+      config: ``config`` resolved against the target (:meth:`DrafterConfig.resolve`).
+      target_config: the target's config.
     """
 
-    def __init__(self, config: DrafterConfig, *, rngs: nnx.Rngs):
+    def __init__(self, config: DrafterConfig, target: TransformerConfig | Transformer, *,
+                 rngs: nnx.Rngs):
         if not isinstance(config, DrafterConfig):
             raise TypeError(f"config must be a DrafterConfig, got {type(config).__name__}")
+        if isinstance(target, Transformer):
+            target = target.config
+        if not isinstance(target, TransformerConfig):
+            raise TypeError("target must be a Transformer or a TransformerConfig, got "
+                            f"{type(target).__name__}")
+        config = config.resolve(target)
         self.config = config
-        d = config.d_model
+        self.target_config = target
+        d = target.d_model
         self.fc = nnx.Linear(len(config.target_layers) * d, d, use_bias=False, rngs=rngs)
-        self.hidden_norm = nnx.RMSNorm(d, epsilon=config.norm_eps, rngs=rngs)
-        self.layers = nnx.List([DrafterLayer(config, rngs=rngs) for _ in range(config.n_layers)])
-        self.norm = nnx.RMSNorm(d, epsilon=config.norm_eps, rngs=rngs)
+        self.hidden_norm = nnx.RMSNorm(d, epsilon=target.norm_eps, rngs=rngs)
+        self.layers = nnx.List([DrafterLayer(config, target, rngs=rngs)
+                                for _ in range(config.n_layers)])
+        self.norm = nnx.RMSNorm(d, epsilon=target.norm_eps, rngs=rngs)
 
     def init_cache(self, batch: int, dtype=jnp.float32) -> KVCache:
         """An empty context cache (``max_len`` slots) for ``batch`` sequences."""
-        c = self.config
-        return KVCache.zeros(c.n_layers, batch, c.max_len, c.n_heads, c.head_dim, dtype)
+        t = self.target_config
+        return KVCache.zeros(self.config.n_layers, batch, t.max_len, t.n_heads, t.head_dim,
+                             dtype)
 
     def fuse(self, hidden: Sequence[Float[Array, "b t d"]]) -> Float[Array, "b t d"]:
         """Context feature ``RMSNorm(W_fc [h^(l_1); ...])`` from the target's hidden states."""
@@ -307,11 +325,12 @@ def _check_pair(target, drafter):
     if not isinstance(drafter, Drafter):
         raise TypeError(f"drafter must be a Drafter, got {type(drafter).__name__}")
     t, d = target.config, drafter.config
-    for name in ("d_model", "n_heads", "max_len"):
-        if getattr(t, name) != getattr(d, name):
+    for name in ("vocab_size", "d_model", "n_heads", "max_len", "rope_base"):
+        mine = getattr(drafter.target_config, name)
+        if getattr(t, name) != mine:
             raise ValueError(
-                f"drafter does not match the target: {name} {getattr(d, name)} vs "
-                f"{getattr(t, name)} (build it with DrafterConfig.for_target)"
+                f"drafter does not match the target: {name} {mine} vs {getattr(t, name)} "
+                "(build it with Drafter(config, target))"
             )
     if max(d.target_layers) > t.n_layers:
         raise ValueError(
@@ -466,7 +485,7 @@ def _speculative(t_graph, t_state, d_graph, d_state, buf, prompt_len, key, stop_
     # Prefill: the target's pass over the prompt gives the first token and the
     # context features of every prompt position.
     out = target(buf[None], cache=target.init_cache(1), hidden_layers=layers)
-    key, sub = decode._next_key(key, temperature)
+    key, sub = decode.next_key(key, temperature)
     tok = decode.sample_token(sub, out.logits[0, prompt_len - 1], temperature, top_p)
     seq = seq.at[prompt_len].set(tok)
     d_cache = _write_context(out.hidden, drafter, drafter.init_cache(1), jnp.arange(P)[None])
@@ -509,7 +528,8 @@ def _speculative(t_graph, t_state, d_graph, d_state, buf, prompt_len, key, stop_
             "d_cache": d_cache, "key": key, "rounds": jnp.asarray(0, jnp.int32),
             "stopped": stopped}
     c = jax.lax.while_loop(cond, body, init)
-    return SpecGeneration(decode._finish(c["seq"], prompt_len, c["n"], max_new), c["n"],
+    return SpecGeneration(decode.generated_tokens(c["seq"], prompt_len, c["n"], max_new),
+                          c["n"],
                           c["rounds"])
 
 
@@ -557,8 +577,8 @@ def speculative_generate(
     check_choice("resample", resample, ("residual", "target"))
     buf, length = decode.prepare_prompt(prompt, max_new_tokens, c.max_len, c.vocab_size,
                                         prompt_length)
-    key = decode._check_key_arg(key, temperature)
-    stop = decode._check_stop(stop_token, c.vocab_size)
+    key = decode.check_decoding_key(key, temperature)
+    stop = decode.check_stop_token(stop_token, c.vocab_size)
     t_graph, t_state = nnx.split(target)
     d_graph, d_state = nnx.split(drafter)
     # A traced flag: the biased rule shares the compiled program of the correct one.
@@ -615,9 +635,22 @@ def drafter_logits(
     ``[x_s, ..., x_{s+B-2}]`` under a causal mask (teacher forcing). ``hidden``: the
     target's hidden states of ``tokens`` at ``drafter.config.target_layers`` (computed
     when not given); no gradient flows into them.
+
+    Differentiable in the drafter's parameters (not in the target's: its features enter
+    through ``stop_gradient``, so that gradient is zero by construction). Anchors
+    outside ``[1, t - B]`` raise, also under ``jit`` / ``vmap`` (``equinox.error_if``).
     """
-    B = block_size
+    _check_pair(target, drafter)
+    tokens = check_array("tokens", tokens, ndim=2, dtype="integer")
+    anchors = check_array("anchors", anchors, ndim=2, dtype="integer")
+    B = check_int("block_size", block_size, min=1, max=tokens.shape[1] - 1)
     b, T = tokens.shape
+    if anchors.shape[0] != b:
+        raise ValueError(f"anchors must have one row per sequence: {b} rows, got "
+                         f"shape {anchors.shape}")
+    anchors = eqx.error_if(jnp.asarray(anchors, jnp.int32),
+                           jnp.any((anchors < 1) | (anchors > T - B)),
+                           f"anchors must be in [1, t - block_size] = [1, {T - B}]")
     m = anchors.shape[1]
     if hidden is None:
         hidden = target(tokens, hidden_layers=drafter.config.target_layers).hidden
@@ -655,6 +688,9 @@ def drafter_loss(
     The drafts of the tokens ``x_{s+1} .. x_{s+B-1}`` of every block
     (:func:`drafter_logits`) are scored with weights ``w_k = exp(-(k - 1) / decay)``,
     normalised to sum to one, and averaged over blocks.
+
+    ``decay`` may be traced (swept with ``vmap``); the loss is differentiable in the
+    drafter's parameters and in ``decay``.
     """
     logits = drafter_logits(drafter, target, tokens, anchors, block_size=block_size,
                             hidden=hidden)
@@ -680,6 +716,7 @@ def train_drafters(
     checkpoint_dir=None,
     checkpoint_every: int = 0,
     progress: bool = False,
+    desc: str = "train drafters",
 ) -> tuple[tuple[Drafter, ...], np.ndarray]:
     """Train one drafter per config on ``sequences`` (target outputs), target frozen.
 
@@ -691,7 +728,8 @@ def train_drafters(
     Args:
       key: PRNG key (initialisation, batches, anchors).
       target: the frozen target.
-      configs: drafter configs (each built with :meth:`DrafterConfig.for_target`).
+      configs: drafter configs (:class:`DrafterConfig`; each drafter is built for
+        ``target``).
       sequences: ``(n, t)`` token ids, e.g. from :func:`target_outputs`.
       steps, batch_size, learning_rate: the optimisation (AdamW, warmup + cosine).
       anchors: blocks per sequence per step (the paper samples many anchors per
@@ -705,7 +743,8 @@ def train_drafters(
         proportional to ``B`` outside.
       checkpoint_dir, checkpoint_every: orbax checkpoints and resume, as in
         :func:`jaxsci.core.fit`.
-      progress: show a progress bar.
+      progress: show a progress bar, named ``desc``.
+      desc: the progress bar's name (say what is trained).
 
     Returns:
       ``(drafters, losses)``: the trained drafters and the summed loss per step.
@@ -731,11 +770,15 @@ def train_drafters(
     check_scalar("learning_rate", learning_rate, gt=0.0)
     check_choice("features", features, ("precomputed", "online"))
     gamma = _default_decay(B) if decay is None else float(check_scalar("decay", decay, gt=0.0))
+    for i, c in enumerate(configs):
+        if not isinstance(c, DrafterConfig):
+            raise TypeError(f"configs[{i}] must be a DrafterConfig, got {type(c).__name__}")
+    configs = tuple(c.resolve(target.config) for c in configs)
     layers = sorted({i for c in configs for i in c.target_layers})
     k_init, k_fit = jax.random.split(key)
     graphs, states = [], []
     for i, config in enumerate(configs):
-        dummy = Drafter(config, rngs=nnx.Rngs(jax.random.fold_in(k_init, i)))
+        dummy = Drafter(config, target, rngs=nnx.Rngs(jax.random.fold_in(k_init, i)))
         _check_pair(target, dummy)
         g, s = nnx.split(dummy)
         graphs.append(g)
@@ -769,7 +812,7 @@ def train_drafters(
                       TrainConfig(steps=steps, progress=progress,
                                   log_every=max(1, min(50, steps // 10)),
                                   checkpoint_every=checkpoint_every,
-                                  checkpoint_dir=checkpoint_dir),
+                                  checkpoint_dir=checkpoint_dir, desc=desc),
                       batch_fn=batch_fn, full_history=True)
     drafters = tuple(nnx.merge(g, p) for g, p in zip(graphs, out.params, strict=True))
     return drafters, losses
@@ -802,7 +845,9 @@ def load_drafter(directory) -> Drafter:
                          "not a Drafter")
     fields = dict(meta["config"], target_layers=tuple(meta["config"]["target_layers"]))
     config = DrafterConfig(**fields)
-    return restore_model(directory, nnx.eval_shape(lambda: Drafter(config, rngs=nnx.Rngs(0))))
+    target = TransformerConfig(**meta["target_config"])
+    return restore_model(directory,
+                         nnx.eval_shape(lambda: Drafter(config, target, rngs=nnx.Rngs(0))))
 
 
 def train_drafter(key: jax.Array, target: Transformer, config: DrafterConfig,

@@ -8,7 +8,7 @@ and the EAGLE-style autoregressive drafter of the same size as the block drafter
 timed after warm-up (compile time reported separately); outputs are checked equal.
 
 Models: the checkpoints of ``jaxsci reproduce dflash --quick`` (``runs/dflash/
-checkpoints``) if present, else trained here with the quick config first (a few
+checkpoints/models``) if present, else trained here with the quick config first (a few
 minutes). Usage::
 
     python scripts/bench/dflash.py [--checkpoints DIR] [--prompts 8] [--new 64]
@@ -51,7 +51,7 @@ def _time(fn, bufs, lens, repeats):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--checkpoints", default="runs/dflash/checkpoints")
+    ap.add_argument("--checkpoints", default="runs/dflash/checkpoints/models")
     ap.add_argument("--prompts", type=int, default=8, help="prompts per task")
     ap.add_argument("--new", type=int, default=64, help="tokens generated per prompt")
     ap.add_argument("--repeats", type=int, default=3, help="best of")

@@ -24,7 +24,7 @@ TOK = ByteTokenizer()
 def models():
     """A random (untrained) target and drafters: losslessness must not need good drafts."""
     target = Transformer(TCFG, rngs=nnx.Rngs(0))
-    drafters = {kind: df.Drafter(df.DrafterConfig.for_target(TCFG, kind=kind, block_size=B),
+    drafters = {kind: df.Drafter(df.DrafterConfig(kind=kind, block_size=B), TCFG,
                                  rngs=nnx.Rngs(1))
                 for kind in ("block", "autoregressive")}
     return target, drafters
@@ -255,11 +255,26 @@ def test_errors_name_the_argument(models, prompts):
     with pytest.raises(ValueError, match="resample must be one of"):
         df.speculative_generate(target, d, prompts[0], 4, resample="p")
     small = TransformerConfig(d_model=16, n_layers=2, n_heads=2, d_ff=32, max_len=64)
-    other = nnx.eval_shape(lambda: df.Drafter(df.DrafterConfig.for_target(small),
-                                              rngs=nnx.Rngs(0)))
+    other = nnx.eval_shape(lambda: df.Drafter(df.DrafterConfig(), small, rngs=nnx.Rngs(0)))
     with pytest.raises(ValueError, match="drafter does not match the target: d_model"):
         df.speculative_generate(target, other, prompts[0], 4)
     with pytest.raises(ValueError, match="kind must be one of"):
         df.DrafterConfig(kind="tree")
     with pytest.raises(ValueError, match="target_layers\\[i\\] must be <= 2"):
-        df.DrafterConfig.for_target(TCFG, target_layers=(1, 5))
+        df.Drafter(df.DrafterConfig(target_layers=(1, 5)), TCFG, rngs=nnx.Rngs(0))
+    with pytest.raises(TypeError, match="target must be a Transformer or a TransformerConfig"):
+        df.Drafter(df.DrafterConfig(), {"d_model": 32}, rngs=nnx.Rngs(0))
+
+
+def test_drafter_shares_the_targets_widths(models, tmp_path):
+    target, drafters = models
+    d = drafters["block"]
+    assert d.target_config == TCFG
+    # Resolved against the target: default layers and the target's MLP width.
+    assert d.config.target_layers == df.default_target_layers(TCFG.n_layers)
+    assert d.config.d_ff == TCFG.d_ff
+    from jaxsci.common.lm.training import save_model
+
+    save_model(tmp_path / "d", d)
+    back = df.load_drafter(tmp_path / "d")
+    assert back.config == d.config and back.target_config == TCFG

@@ -17,8 +17,9 @@ position (:class:`jaxsci.common.lm.model.KVCache`) and the padded slots are over
 before any query can see them.
 
 The building blocks (:func:`token_probs`, :func:`sample_token`, :func:`prepare_prompt`,
-:func:`check_sampling`) are public because :mod:`jaxsci.llm.dflash` decodes with the
-same rules.
+:func:`check_sampling`, :func:`next_key`, :func:`check_decoding_key`,
+:func:`check_stop_token`, :func:`generated_tokens`) are public because other decoders
+(:mod:`jaxsci.llm.dflash`'s speculative decoding) follow the same rules.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import functools
 from typing import NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -43,6 +45,10 @@ __all__ = [
     "sample_token",
     "check_sampling",
     "prepare_prompt",
+    "next_key",
+    "check_decoding_key",
+    "check_stop_token",
+    "generated_tokens",
     "PROMPT_BUCKET",
 ]
 
@@ -116,6 +122,8 @@ def prepare_prompt(
     :data:`PROMPT_BUCKET`; with ``prompt_length`` it is an already padded buffer whose
     first ``prompt_length`` entries are the prompt (``prompt_length`` may be traced,
     e.g. under ``vmap``). ``length + max_new_tokens`` must fit in ``max_len``.
+    Traced values are checked at run time (``equinox.error_if``): a bad length or
+    token id in a batch raises inside ``jit`` / ``vmap`` rather than decoding garbage.
     """
     check_int("max_new_tokens", max_new_tokens, min=1)
     prompt = check_array("prompt", prompt, ndim=1, dtype="integer")
@@ -125,6 +133,9 @@ def prepare_prompt(
     if prompt_length is None:
         if not isinstance(prompt, jax.core.Tracer):
             check_array("prompt", prompt, ge=0, le=vocab_size - 1)
+        else:  # a traced prompt (under jit / vmap): the same check, at run time
+            prompt = eqx.error_if(prompt, jnp.any((prompt < 0) | (prompt >= vocab_size)),
+                                  f"prompt ids must be in [0, {vocab_size - 1}]")
         length = n
         padded = min(max_len, -(-n // PROMPT_BUCKET) * PROMPT_BUCKET)
         if n > max_len - max_new_tokens:
@@ -136,6 +147,11 @@ def prepare_prompt(
         return buf, jnp.asarray(length, jnp.int32)
     if n > max_len:
         raise ValueError(f"prompt buffer of {n} tokens exceeds the context max_len={max_len}")
+    if not isinstance(prompt, jax.core.Tracer):
+        check_array("prompt", prompt, ge=0, le=vocab_size - 1)
+    else:
+        prompt = eqx.error_if(prompt, jnp.any((prompt < 0) | (prompt >= vocab_size)),
+                              f"prompt ids must be in [0, {vocab_size - 1}]")
     if not isinstance(prompt_length, jax.core.Tracer):
         length = check_int("prompt_length", int(np.asarray(prompt_length)), min=1, max=n)
         if length > max_len - max_new_tokens:
@@ -143,16 +159,43 @@ def prepare_prompt(
                 f"prompt_length={length} plus max_new_tokens={max_new_tokens} exceeds the "
                 f"model's context max_len={max_len}"
             )
-    return jnp.asarray(prompt, jnp.int32), jnp.asarray(prompt_length, jnp.int32)
+        return jnp.asarray(prompt, jnp.int32), jnp.asarray(length, jnp.int32)
+    # A traced length (under jit / vmap): the same checks, at run time, so a bad length
+    # in a batch raises instead of decoding past the context (writes there are dropped).
+    length = jnp.asarray(prompt_length, jnp.int32)
+    length = eqx.error_if(length, (length < 1) | (length > n),
+                          f"prompt_length must be in [1, {n}] (the prompt buffer's size)")
+    length = eqx.error_if(length, length > max_len - max_new_tokens,
+                          f"prompt_length plus max_new_tokens={max_new_tokens} exceeds the "
+                          f"model's context max_len={max_len}")
+    return jnp.asarray(prompt, jnp.int32), length
 
 
-# The private helpers below are shared with jaxsci.llm.dflash.
-def _next_key(key, temperature):
-    """``(key, subkey)``; greedy decoding draws no random numbers, so no split then."""
+# ----------------------------------------------------------------- decoding helpers
+# Public because every decoder built on this module (jaxsci.llm.dflash's speculative
+# decoding among them) needs the same key, stop-token and output conventions.
+
+
+def next_key(key: jax.Array, temperature: float) -> tuple[jax.Array, jax.Array]:
+    """``(key, subkey)`` for one decoding step.
+
+    ``temperature`` is the static sampling setting (a Python float, see
+    :func:`check_sampling`). Greedy decoding (``temperature == 0``) draws no random
+    numbers, so the key is returned unsplit, ``(key, key)``; sampling splits it.
+    """
     return jax.random.split(key) if temperature > 0.0 else (key, key)
 
 
-def _check_key_arg(key, temperature):
+def check_decoding_key(key: jax.Array | None, temperature: float) -> jax.Array:
+    """The PRNG key a decoder uses: ``key`` itself (validated), or a fixed dummy key.
+
+    ``key`` is required when ``temperature > 0`` (sampling) and may be ``None`` for
+    greedy decoding, which never reads it.
+
+    Raises:
+      ValueError: ``key`` is ``None`` while sampling.
+      TypeError: ``key`` is not a PRNG key.
+    """
     if key is None:
         if temperature > 0.0:
             raise ValueError("key must be given when temperature > 0 (sampling)")
@@ -161,19 +204,30 @@ def _check_key_arg(key, temperature):
     return key
 
 
-def _check_stop(stop_token, vocab_size):
-    """The stop token as a traced int32 (-1: none), so it never forces a recompile."""
+def check_stop_token(stop_token: int | None, vocab_size: int) -> jax.Array:
+    """The stop token as a traced int32 scalar (``-1``: none), so it never recompiles.
+
+    Raises:
+      ValueError: ``stop_token`` is not an id in ``[0, vocab_size)``.
+    """
     if stop_token is None:
         return jnp.asarray(-1, jnp.int32)
     return jnp.asarray(check_int("stop_token", stop_token, min=0, max=vocab_size - 1), jnp.int32)
 
 
+def generated_tokens(seq: Int[Array, " s"], prompt_length: Int[Array, ""], n: Int[Array, ""],
+                     max_new_tokens: int) -> Int[Array, " n"]:
+    """The ``max_new_tokens`` slots of ``seq`` after the prompt, PAD past the ``n`` generated.
+
+    ``seq`` is a decoder's working buffer (prompt, then generated tokens, then
+    anything); ``prompt_length`` and ``n`` may be traced. This is the
+    :class:`Generation` ``tokens`` convention.
+    """
+    out = jax.lax.dynamic_slice(seq, (prompt_length,), (max_new_tokens,))
+    return jnp.where(jnp.arange(max_new_tokens) < n, out, PAD)
+
+
 # ----------------------------------------------------------------- plain decoding
-
-
-def _finish(seq, prompt_len, n, max_new):
-    out = jax.lax.dynamic_slice(seq, (prompt_len,), (max_new,))
-    return jnp.where(jnp.arange(max_new) < n, out, PAD)
 
 
 @functools.partial(jax.jit, static_argnames=("max_new", "temperature", "top_p"))
@@ -184,7 +238,7 @@ def _generate(graphdef, state, buf, prompt_len, key, stop_token, *, max_new, tem
     # One spare slot: the last step writes one position past the budget.
     seq = jnp.full((p + max_new + 1,), PAD, jnp.int32).at[:p].set(buf)
     out = model(buf[None], cache=model.init_cache(1))
-    key, sub = _next_key(key, temperature)
+    key, sub = next_key(key, temperature)
     tok = sample_token(sub, out.logits[0, prompt_len - 1], temperature, top_p)
     seq = seq.at[prompt_len].set(tok)
     stopped = tok == stop_token
@@ -197,7 +251,7 @@ def _generate(graphdef, state, buf, prompt_len, key, stop_token, *, max_new, tem
         seq, n, cache, key, _ = carry
         s = prompt_len + n - 1  # position of the last token, not yet in the cache
         step = model(seq[s][None, None], s[None, None], cache=cache)
-        key, sub = _next_key(key, temperature)
+        key, sub = next_key(key, temperature)
         tok = sample_token(sub, step.logits[0, 0], temperature, top_p)
         seq = seq.at[s + 1].set(tok)
         return seq, n + 1, step.cache, key, tok == stop_token
@@ -205,7 +259,7 @@ def _generate(graphdef, state, buf, prompt_len, key, stop_token, *, max_new, tem
     seq, n, _, _, _ = jax.lax.while_loop(
         cond, body, (seq, jnp.asarray(1, jnp.int32), out.cache, key, stopped)
     )
-    return Generation(_finish(seq, prompt_len, n, max_new), n)
+    return Generation(generated_tokens(seq, prompt_len, n, max_new), n)
 
 
 def generate(
@@ -242,8 +296,8 @@ def generate(
     temperature, top_p = check_sampling(temperature, top_p)
     buf, length = prepare_prompt(prompt, max_new_tokens, c.max_len, c.vocab_size,
                                  prompt_length)
-    key = _check_key_arg(key, temperature)
-    stop = _check_stop(stop_token, c.vocab_size)
+    key = check_decoding_key(key, temperature)
+    stop = check_stop_token(stop_token, c.vocab_size)
     graphdef, state = nnx.split(model)
     return _generate(graphdef, state, buf, length, key, stop, max_new=max_new_tokens,
                      temperature=temperature, top_p=top_p)

@@ -47,6 +47,7 @@ __all__ = [
     "LMOutput",
     "MLP",
     "rope",
+    "attention",
     "count_params",
 ]
 
@@ -148,6 +149,21 @@ def rope(x: Float[Array, "b t h e"], positions: Int[Array, "b t"], base: float
     return jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1).astype(x.dtype)
 
 
+def attention(q: Float[Array, "b t h e"], k: Float[Array, "b s h e"],
+              v: Float[Array, "b s h e"], mask: Array) -> Float[Array, "b t h e"]:
+    """Scaled dot-product attention ``softmax(q k^T / sqrt(e)) v`` with a boolean ``mask``.
+
+    ``mask`` broadcasts to ``(b, h, t, s)`` (True: attend). The softmax runs in at least
+    float32 and otherwise in the inputs' precision (float64 stays float64, so gradients
+    can be checked against finite differences); every query must see one key.
+    """
+    dtype = jnp.promote_types(q.dtype, jnp.float32)
+    logits = jnp.einsum("bthe,bshe->bhts", q, k).astype(dtype) / math.sqrt(q.shape[-1])
+    logits = jnp.where(mask, logits, jnp.finfo(dtype).min)
+    w = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+    return jnp.einsum("bhts,bshe->bthe", w, v)
+
+
 def _write(buf: Float[Array, "b s h e"], new: Float[Array, "b t h e"],
            positions: Int[Array, "b t"]) -> Float[Array, "b s h e"]:
     rows = jnp.arange(buf.shape[0])[:, None]
@@ -196,7 +212,7 @@ class Attention(nnx.Module):
             cache = (k, v)
             key_pos = jnp.broadcast_to(jnp.arange(k.shape[1]), (b, k.shape[1]))
         mask = key_pos[:, None, None, :] <= positions[:, None, :, None]  # (b, 1, t, s)
-        out = jax.nn.dot_product_attention(q, k, v, mask=mask)
+        out = attention(q, k, v, mask)
         return self.wo(out.reshape(b, t, -1)), cache
 
 
@@ -247,11 +263,13 @@ class Transformer(nnx.Module):
 
     def embed_tokens(self, tokens: Int[Array, "b t"]) -> Float[Array, "b t d"]:
         """The input embeddings (shared with the output head)."""
-        return self.embed(tokens)
+        # A plain gather (nnx.Embed would cast to its param dtype): float64 parameters
+        # give float64 features.
+        return jnp.take(self.embed.embedding[...], tokens, axis=0)
 
     def unembed(self, h: Float[Array, "... d"]) -> Float[Array, "... v"]:
         """Logits ``h E^T`` through the tied head (no final norm: apply it first if needed)."""
-        return self.embed.attend(h)
+        return h @ self.embed.embedding[...].T
 
     def __call__(
         self,
@@ -278,7 +296,7 @@ class Transformer(nnx.Module):
             check_int("hidden_layers[i]", i, min=0, max=n)
         if positions is None:
             positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
-        h = self.embed(tokens)
+        h = self.embed_tokens(tokens)
         states = [h]
         ks, vs = [], []
         for i, block in enumerate(self.blocks):

@@ -19,6 +19,7 @@ import json
 import os
 from pathlib import Path
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -36,7 +37,20 @@ __all__ = ["lm_loss", "lm_optimizer", "train_lm", "save_model", "restore_model",
 
 
 def lm_loss(model: Transformer, tokens: Int[Array, "b t"]) -> Float[Array, ""]:
-    """Mean next-token cross-entropy (nats) of ``tokens[:, 1:]`` given ``tokens[:, :-1]``."""
+    """Mean next-token cross-entropy (nats) of ``tokens[:, 1:]`` given ``tokens[:, :-1]``.
+
+    Differentiable in the model's parameters (``nnx.split`` the model and
+    ``nnx.merge`` it inside the differentiated function). ``tokens``: ``(b, t)``
+    integer ids, ``t >= 2``.
+    """
+    if not isinstance(model, Transformer):
+        raise TypeError(f"model must be a Transformer, got {type(model).__name__}")
+    tokens = check_array("tokens", tokens, ndim=2, dtype="integer")
+    if tokens.shape[1] < 2:
+        raise ValueError(f"tokens must hold at least 2 per row, got shape {tokens.shape}")
+    v = model.config.vocab_size
+    tokens = eqx.error_if(jnp.asarray(tokens), jnp.any((tokens < 0) | (tokens >= v)),
+                          f"tokens must be ids in [0, {v - 1}]")
     logits = model(tokens[:, :-1]).logits
     return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
 
@@ -72,6 +86,7 @@ def train_lm(
     checkpoint_dir: str | os.PathLike | None = None,
     checkpoint_every: int = 0,
     progress: bool = False,
+    desc: str = "train LM",
 ) -> tuple[Transformer, np.ndarray]:
     """Train a fresh :class:`Transformer` on the rows of ``data``; return ``(model, losses)``.
 
@@ -82,7 +97,8 @@ def train_lm(
       steps, batch_size, learning_rate, warmup: the optimisation (:func:`lm_optimizer`).
       checkpoint_dir, checkpoint_every: orbax checkpoints of the whole training state
         (resumed if ``checkpoint_dir`` already holds one; see :func:`jaxsci.core.fit`).
-      progress: show a progress bar.
+      progress: show a progress bar, named ``desc``.
+      desc: the progress bar's name (say what is trained).
 
     Returns ``losses`` of every step of the run, those of a resumed part included.
     """
@@ -114,7 +130,8 @@ def train_lm(
         lm_optimizer(learning_rate, steps, warmup),
         k_fit,
         TrainConfig(steps=steps, progress=progress, log_every=max(1, min(50, steps // 10)),
-                    checkpoint_every=checkpoint_every, checkpoint_dir=checkpoint_dir),
+                    checkpoint_every=checkpoint_every, checkpoint_dir=checkpoint_dir,
+                    desc=desc),
         batch_fn=_index_batches(jnp.asarray(data, jnp.int32), batch_size),
         full_history=True,
     )
@@ -128,16 +145,19 @@ def save_model(directory: str | os.PathLike, model: nnx.Module) -> Path:
     """Write ``model``'s parameters (orbax) and its ``config`` (JSON) into ``directory``.
 
     ``model`` must have a dataclass ``config`` attribute (a :class:`Transformer` or a
-    :class:`jaxsci.llm.dflash.Drafter`). An existing checkpoint there is replaced.
+    :class:`jaxsci.llm.dflash.Drafter`; a drafter's ``target_config`` is saved too).
+    An existing checkpoint there is replaced.
     """
     config = getattr(model, "config", None)
     if not dataclasses.is_dataclass(config):
         raise TypeError(f"model must have a dataclass config, got {type(model).__name__}")
     path = Path(directory).absolute()
     path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(
-        {"class": type(model).__name__, "config": dataclasses.asdict(config)}, indent=2
-    ) + "\n")
+    meta = {"class": type(model).__name__, "config": dataclasses.asdict(config)}
+    target = getattr(model, "target_config", None)  # a drafter: the target's widths
+    if dataclasses.is_dataclass(target):
+        meta["target_config"] = dataclasses.asdict(target)
+    (path / "config.json").write_text(json.dumps(meta, indent=2) + "\n")
     with ocp.StandardCheckpointer() as ckpt:
         ckpt.save(path / "state", nnx.state(model), force=True)
     return path

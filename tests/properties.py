@@ -111,6 +111,14 @@ def _call(case: Case, kwargs: dict[str, Any]) -> Any:
     return case.out(case.fn(**kwargs))
 
 
+def _fast(case: Case) -> Callable[[dict[str, Any]], Any]:
+    """The call the checks other than ``jit`` use: jitted when the case is jittable (one
+    compile, reused for every loop element and finite-difference point), else eager."""
+    if not case.jit:
+        return lambda kw: _call(case, kw)
+    return eqx.filter_jit(lambda kw: _call(case, kw))
+
+
 def check_jit(case: Case) -> None:
     kw = case.make()
     eager = _call(case, kw)
@@ -124,7 +132,8 @@ def check_vmap(case: Case, name: str) -> None:
     xs = make_batch(kw[name])
     n = jax.tree_util.tree_leaves(xs)[0].shape[0]
     batched = eqx.filter_vmap(lambda v: _call(case, {**kw, name: v}))(xs)
-    loop = [_call(case, {**kw, name: jax.tree_util.tree_map(lambda a, i=i: a[i], xs)})
+    one = _fast(case)
+    loop = [one({**kw, name: jax.tree_util.tree_map(lambda a, i=i: a[i], xs)})
             for i in range(n)]
     stacked = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *loop)
     _assert_close(batched, stacked, case.rtol * 10, case.atol * 10,
@@ -146,7 +155,7 @@ def _grad_setup(case: Case, name: str):
     def f(d):
         return _scalar(case, _call(case, {**kw, name: eqx.combine(d, static)}))
 
-    return f, diff
+    return (eqx.filter_jit(f) if case.jit else f), diff
 
 
 def check_grad(case: Case, name: str) -> None:
@@ -157,7 +166,7 @@ def check_grad(case: Case, name: str) -> None:
             assert leaf.dtype == jnp.float64, (
                 f"{case.name}: make() gave {name} as {leaf.dtype}; build floats without a "
                 "fixed float32 dtype so the gradient check runs in float64")
-        g = jax.grad(f)(diff)
+        g = (eqx.filter_jit(jax.grad(f)) if case.jit else jax.grad(f))(diff)
         leaves, treedef = jax.tree_util.tree_flatten(diff)
         rng = np.random.default_rng(0)
         direction = jax.tree_util.tree_unflatten(
@@ -183,10 +192,11 @@ def check_zero_grad(case: Case, name: str) -> None:
 
 def check_determinism(case: Case) -> None:
     kw = case.make()
-    a = _call(case, kw)
-    b = _call(case, kw)
+    call = _fast(case)
+    a = call(kw)
+    b = call(kw)
     _assert_close(a, b, 0, 0, f"{case.name}: same key, different results")
-    other = _call(case, {**kw, case.key: jax.random.fold_in(kw[case.key], 1)})
+    other = call({**kw, case.key: jax.random.fold_in(kw[case.key], 1)})
     differs = any(not np.array_equal(x, y) for x, y in zip(_arrays(a), _arrays(other),
                                                            strict=True))
     assert differs, f"{case.name}: another key gives the same result (is the key used?)"

@@ -1,7 +1,7 @@
 r"""Learning stochastic dynamics from temporally sparse samples by path augmentation.
 
 Paper: "Learning stochastic dynamics from temporally sparse samples as stochastic
-control" (ICML 2026; abstract in ``shared/seeds/000_*.txt``). The system is a 2-D SDE
+control" (ICML 2026). The system is a 2-D SDE
 with known isotropic diffusion ``D``
 
 .. math::  dX_t = f(X_t)\,dt + \sqrt{2D}\,dW_t ,
@@ -54,34 +54,67 @@ definite with a margin, so a float32 Cholesky never breaks down. The normal
 equations are accumulated time step by time step inside a ``lax.scan``, so the
 augmented paths' ``Phi`` is never materialised.
 
-Systems (:data:`SYSTEMS`, all 2-D, isotropic noise): ``double_well``
-(conservative), ``rotating_well`` (a non-gradient landscape
+Drifts are values (final ``equinox`` Modules under :class:`AbstractDrift`, their
+parameters pytree leaves, so ``vmap``/``grad`` over them work): :class:`DoubleWell`
+(conservative), :class:`RotatingWell` (``gamma``: a non-gradient landscape
 ``f = -(I + gamma J) grad U`` whose invariant density is still ``exp(-U / D)``),
-``hopf`` (normal form), ``van_der_pol`` (Lienard form) and ``duffing`` (damped).
-Trajectories are simulated with diffrax (Euler-Maruyama) and ``vmap`` over initial
-conditions (:func:`simulate`). :func:`weighted_rmse` is the metric: drift RMSE on a
-grid, weighted by the kernel density of the observations (:func:`kde_density`).
+:class:`Hopf` (normal form), :class:`VanDerPol` (Lienard form), :class:`Duffing`
+(damped), and a fitted :class:`DriftModel`. :func:`simulate` is Euler-Maruyama under
+``lax.scan``, traced in ``tau`` and ``D`` and differentiable in reverse mode.
+:func:`weighted_rmse` is the metric: drift RMSE on a grid, weighted by the kernel
+density of the observations (:func:`kde_density`).
+
+Path augmentation has ``init``/``step`` (:func:`augmentation_init`,
+:func:`augmentation_step`, with :class:`AugmentationState` / :class:`AugmentationInfo`)
+and :func:`path_augmentation` is the ``lax.scan`` driver over them:
+
+>>> import jax
+>>> from jaxsci.dynamics import langevin as lg
+>>> x0 = jax.random.normal(jax.random.key(0), (8, 2))
+>>> obs = lg.simulate(jax.random.key(1), lg.RotatingWell(gamma=0.5), x0, 0.5, 0.5, 4,
+...                   steps_per_obs=5)
+>>> obs.shape
+(8, 4, 2)
+>>> feats = lg.random_features(jax.random.key(2), 2, 16, 0.7)
+>>> init = lg.direct_estimator(feats, obs, 0.5, 0.5)
+>>> res = lg.path_augmentation(jax.random.key(3), init, obs, 0.5, 0.5,
+...                            lg.EMConfig(n_iter=2, n_steps=4, n_bridges=2))
+>>> res.history.shape[0]
+3
 """
 
 from __future__ import annotations
 
+import abc
+import dataclasses
 import functools
 import math
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
-import diffrax
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from jaxsci.core.validation import check_array, check_choice, check_int, check_key, check_scalar
+from jaxsci.core.validation import (
+    as_array,
+    check_array,
+    check_choice,
+    check_int,
+    check_key,
+    check_scalar,
+)
 
 __all__ = [
-    "SYSTEMS",
-    "CONSERVATIVE",
-    "drift_fn",
+    "PRIOR_VAR",
+    "AbstractDrift",
+    "DoubleWell",
+    "RotatingWell",
+    "Hopf",
+    "VanDerPol",
+    "Duffing",
     "simulate",
     "check_observations",
     "Features",
@@ -89,6 +122,7 @@ __all__ = [
     "random_features",
     "feature_map",
     "predict",
+    "DriftStats",
     "drift_stats",
     "solve_drift",
     "fit_drift",
@@ -101,13 +135,44 @@ __all__ = [
     "estimate_diffusion",
     "Bridges",
     "sample_bridges",
+    "EMConfig",
+    "Pairs",
+    "observation_pairs",
+    "AugmentationState",
+    "AugmentationInfo",
+    "augmentation_init",
+    "augmentation_step",
     "AugmentationResult",
     "path_augmentation",
     "weighted_rmse",
 ]
 
 
+# The GP prior variance of each drift coefficient: the default of every estimator.
+PRIOR_VAR = 10.0
+
 # --------------------------------------------------------------------------- systems
+
+
+class AbstractDrift(eqx.Module):
+    """A drift ``f(x)`` of one state ``x`` (shape ``(d,)``), returning shape ``(d,)``.
+
+    Subclass it (final, with the parameters as fields) to simulate your own system:
+    the fields are pytree leaves, so ``vmap``/``grad`` over them work. Any plain
+    callable of one state is accepted wherever a drift is expected, too.
+    ``conservative`` says whether the drift is a gradient ``-grad U`` (then the geometric
+    estimator ``D grad log rho`` is exact).
+    """
+
+    conservative: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    def __call__(self, x: Float[Array, " d"]) -> Float[Array, " d"]:
+        raise NotImplementedError
+
+
+def _param(x):
+    return jnp.asarray(x) if not isinstance(x, jax.Array) else x
 
 
 def _grad_double_well(x):
@@ -115,123 +180,200 @@ def _grad_double_well(x):
     return jnp.stack([4.0 * x[0] * (x[0] ** 2 - 1.0), x[1]])
 
 
-def _double_well(x):
-    return -_grad_double_well(x)
+class DoubleWell(AbstractDrift):
+    """``f = -grad U``, ``U = (x^2 - 1)^2 + y^2 / 2`` (conservative; wells at ``(+-1, 0)``)."""
+
+    conservative: ClassVar[bool] = True
+
+    def __call__(self, x):
+        return -_grad_double_well(x)
 
 
-def _rotating_well(x, gamma=1.0):
-    # f = -(I + gamma J) grad U, J the 90-degree rotation: div(rho J grad U) = 0 for
-    # rho = exp(-U / D), so the invariant density is the double well's, while the drift
-    # has a circulating part that D grad log rho cannot see.
-    g = _grad_double_well(x)
-    return -jnp.stack([g[0] - gamma * g[1], g[1] + gamma * g[0]])
+class RotatingWell(AbstractDrift):
+    """``f = -(I + gamma J) grad U`` with the double well's ``U`` (``J``: 90-degree rotation).
+
+    ``div(rho J grad U) = 0`` for ``rho = exp(-U / D)``, so the invariant density is the
+    double well's for every ``gamma``, while the drift circulates: ``D grad log rho``
+    cannot see the rotational part.
+    """
+
+    gamma: Float[Array, ""] = eqx.field(default=1.0, converter=_param)
+    conservative: ClassVar[bool] = False
+
+    def __call__(self, x):
+        g = _grad_double_well(x)
+        return -jnp.stack([g[0] - self.gamma * g[1], g[1] + self.gamma * g[0]])
 
 
-def _hopf(x, mu=1.0, omega=1.0):
-    r2 = x[0] ** 2 + x[1] ** 2
-    return jnp.stack([(mu - r2) * x[0] - omega * x[1], (mu - r2) * x[1] + omega * x[0]])
+class Hopf(AbstractDrift):
+    """Hopf normal form: ``r' = (mu - r^2) r``, angular speed ``omega``."""
+
+    mu: Float[Array, ""] = eqx.field(default=1.0, converter=_param)
+    omega: Float[Array, ""] = eqx.field(default=1.0, converter=_param)
+    conservative: ClassVar[bool] = False
+
+    def __call__(self, x):
+        r2 = x[0] ** 2 + x[1] ** 2
+        return jnp.stack([(self.mu - r2) * x[0] - self.omega * x[1],
+                          (self.mu - r2) * x[1] + self.omega * x[0]])
 
 
-def _van_der_pol(x, mu=1.0):
-    # Lienard form: x' = mu (x - x^3/3 - y), y' = x / mu.
-    return jnp.stack([mu * (x[0] - x[0] ** 3 / 3.0 - x[1]), x[0] / mu])
+class VanDerPol(AbstractDrift):
+    """Van der Pol in Lienard form: ``x' = mu (x - x^3/3 - y)``, ``y' = x / mu``."""
+
+    mu: Float[Array, ""] = eqx.field(default=1.0, converter=_param)
+    conservative: ClassVar[bool] = False
+
+    def __call__(self, x):
+        return jnp.stack([self.mu * (x[0] - x[0] ** 3 / 3.0 - x[1]), x[0] / self.mu])
 
 
-def _duffing(x, delta=0.5):
-    return jnp.stack([x[1], -delta * x[1] + x[0] - x[0] ** 3])
+class Duffing(AbstractDrift):
+    """Damped Duffing oscillator: ``x' = y``, ``y' = -delta y + x - x^3``."""
+
+    delta: Float[Array, ""] = eqx.field(default=0.5, converter=_param)
+    conservative: ClassVar[bool] = False
+
+    def __call__(self, x):
+        return jnp.stack([x[1], -self.delta * x[1] + x[0] - x[0] ** 3])
 
 
-SYSTEMS: dict[str, Callable[[Array], Array]] = {
-    "double_well": _double_well,
-    "rotating_well": _rotating_well,
-    "hopf": _hopf,
-    "van_der_pol": _van_der_pol,
-    "duffing": _duffing,
-}
-CONSERVATIVE = ("double_well",)
+def _positive(name: str, value, dtype=None):
+    """``value > 0``: checked now when concrete, through ``equinox.error_if`` when traced."""
+    if np.ndim(value) == 0:
+        check_scalar(name, value, gt=0.0)
+    x = jnp.asarray(value, dtype)
+    if isinstance(x, jax.core.Tracer):
+        x = eqx.error_if(x, ~(x > 0), f"{name} must be > 0")
+    elif np.ndim(value) != 0:
+        arr = np.asarray(x)
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"{name} must be finite, got {int(np.sum(~np.isfinite(arr)))} "
+                             f"non-finite value(s) out of {arr.size}")
+        if not np.all(arr > 0):
+            raise ValueError(f"{name} must be > 0, got minimum {arr.min()}")
+    return x
 
 
-def drift_fn(system: str) -> Callable[[Array], Array]:
-    """The true drift of a named 2-D system, as a function of one state ``x`` (shape (2,))."""
-    check_choice("system", system, tuple(SYSTEMS))
-    return SYSTEMS[system]
+def _nonnegative(name: str, value, dtype=None):
+    check_scalar(name, value, ge=0.0)
+    x = jnp.asarray(value, dtype)
+    if isinstance(x, jax.core.Tracer):
+        x = eqx.error_if(x, ~(x >= 0), f"{name} must be >= 0")
+    return x
+
+
+def _drift(name: str, drift) -> Callable[[Array], Array]:
+    if isinstance(drift, str):
+        raise TypeError(f"{name} must be a drift (e.g. lg.DoubleWell(), lg.RotatingWell(gamma)) "
+                        f"or a callable of one state, got the string {drift!r}")
+    if not callable(drift):
+        raise TypeError(f"{name} must be a drift or a callable of one state, "
+                        f"got {type(drift).__name__}")
+    return drift
 
 
 def simulate(
     key: jax.Array,
-    system: str | Callable[[Array], Array],
+    drift: AbstractDrift | Callable[[Array], Array],
     x0: Float[Array, "n d"],
-    diffusion: float,
-    tau: float,
+    diffusion: float | Float[Array, ""],
+    tau: float | Float[Array, ""],
     n_obs: int,
     *,
-    dt: float = 0.01,
-    burn_in: float = 0.0,
-    max_steps: int | None = None,
+    steps_per_obs: int = 10,
+    burn_in: float | Float[Array, ""] = 0.0,
+    burn_in_steps: int = 0,
 ) -> Float[Array, "n k d"]:
     """Observe ``n`` trajectories of ``dX = f dt + sqrt(2D) dW`` every ``tau``.
 
-    Euler-Maruyama (diffrax) with step ``dt`` (0.01, the paper's public code), ``vmap``
-    over the initial conditions ``x0``; the first observation is at ``t = burn_in``.
-    ``system`` is a name in :data:`SYSTEMS` or a drift ``f(x)`` of one state.
-    Returns the observations, shape ``(n, n_obs, d)``. ``tau`` and ``burn_in`` are
-    traced, so calls that share ``max_steps`` (default: the steps this call needs)
-    share one compilation.
+    Euler-Maruyama with ``steps_per_obs`` steps per observation interval (step
+    ``tau / steps_per_obs``; the paper's public code uses 0.01) after a burn-in of
+    ``burn_in`` time units in ``burn_in_steps`` steps; the first observation is at
+    ``t = burn_in``. ``drift`` is an :class:`AbstractDrift` (``DoubleWell()``,
+    ``RotatingWell(gamma)``, ...) or any callable of one state.
+
+    **Transformations.** ``diffusion``, ``tau``, ``burn_in``, ``x0`` and the drift's
+    parameters are traced: ``vmap`` over any of them, and ``jax.grad`` (reverse mode)
+    of a loss of the paths with respect to them. Only ``n_obs``, ``steps_per_obs`` and
+    ``burn_in_steps`` (loop counts) are static. The loop is a hand-written
+    ``lax.scan`` rather than ``diffrax.diffeqsolve``: diffrax's fast
+    ``UnsafeBrownianPath`` refuses reverse-mode differentiation and its
+    ``VirtualBrownianTree`` costs a tree search per step; a scan over pre-split keys
+    is the same Euler-Maruyama scheme, differentiable in reverse mode.
+
+    Args:
+      key: a ``jax.random`` key (same key, same paths).
+      drift: the drift of one state.
+      x0: initial states, shape ``(n, d)`` (array-like).
+      diffusion: ``D > 0``.
+      tau: observation interval ``> 0``.
+      n_obs: observations per trajectory (``>= 2``).
+      steps_per_obs: Euler steps per interval (static).
+      burn_in: time simulated before the first observation (``>= 0``).
+      burn_in_steps: Euler steps of the burn-in (static; ``>= 1`` when ``burn_in > 0``).
+
+    Returns:
+      The observations, shape ``(n, n_obs, d)``.
     """
     check_key("key", key)
-    f = drift_fn(system) if isinstance(system, str) else system
-    if not callable(f):
-        raise TypeError(f"system must be a name or a callable drift, got {type(system).__name__}")
+    f = _drift("drift", drift)
+    x0 = as_array("x0", x0)
     check_array("x0", x0, ndim=2, dtype="floating")
-    check_scalar("diffusion", diffusion, gt=0.0)
-    check_scalar("tau", tau, gt=0.0)
     n_obs = check_int("n_obs", n_obs, min=2)
-    check_scalar("dt", dt, gt=0.0)
-    check_scalar("burn_in", burn_in, ge=0.0)
-    ratio = float(tau) / float(dt)
-    if abs(ratio - round(ratio)) > 1e-6 * max(ratio, 1.0):
-        raise ValueError(f"tau must be a multiple of dt={dt}, got tau={tau}")
-    need = int(round((float(burn_in) + float(tau) * (n_obs - 1)) / float(dt)))
-    max_steps = need if max_steps is None else check_int("max_steps", max_steps, min=need)
-    return _simulate(key, f, jnp.asarray(x0), float(diffusion), jnp.asarray(tau, x0.dtype),
-                     n_obs, float(dt), jnp.asarray(burn_in, x0.dtype), max_steps)
+    steps_per_obs = check_int("steps_per_obs", steps_per_obs, min=1)
+    burn_in_steps = check_int("burn_in_steps", burn_in_steps, min=0)
+    diffusion = _positive("diffusion", diffusion, x0.dtype)
+    tau = _positive("tau", tau, x0.dtype)
+    burn_in = _nonnegative("burn_in", burn_in, x0.dtype)
+    if burn_in_steps == 0 and not isinstance(burn_in, jax.core.Tracer) and float(burn_in) > 0:
+        raise ValueError(f"burn_in = {float(burn_in)} > 0 needs burn_in_steps >= 1, got 0")
+    return _simulate(key, f, x0, diffusion, tau, burn_in, n_obs, steps_per_obs, burn_in_steps)
 
 
-@functools.partial(jax.jit, static_argnums=(1, 3, 5, 6, 8))
-def _simulate(key, f, x0, diffusion, tau, n_obs, dt, burn_in, max_steps):
-    d = x0.shape[-1]
-    t1 = burn_in + tau * (n_obs - 1)
-    ts = burn_in + jnp.arange(n_obs, dtype=x0.dtype) * tau
-    sigma = math.sqrt(2.0 * diffusion)
+@eqx.filter_jit
+def _simulate(key, f, x0, diffusion, tau, burn_in, n_obs, steps_per_obs, burn_in_steps):
+    sigma = jnp.sqrt(2.0 * diffusion)
+    fb = jax.vmap(f)
 
-    def one(k, y0):
-        bm = diffrax.UnsafeBrownianPath(shape=(d,), key=k)
-        terms = diffrax.MultiTerm(
-            diffrax.ODETerm(lambda t, y, a: f(y)),
-            diffrax.ControlTerm(lambda t, y, a: sigma * jnp.eye(d, dtype=y.dtype), bm),
-        )
-        sol = diffrax.diffeqsolve(
-            terms, diffrax.Euler(), 0.0, t1, dt, y0, saveat=diffrax.SaveAt(ts=ts),
-            max_steps=max_steps + 16, adjoint=diffrax.ForwardMode(),
-        )
-        return sol.ys
+    def em(x, k, dt):
+        noise = jax.random.normal(k, x.shape, x.dtype)
+        return x + fb(x) * dt + sigma * jnp.sqrt(dt) * noise
 
-    keys = jax.random.split(key, x0.shape[0])
-    return jax.vmap(one)(keys, x0)
+    k_burn, k_obs = jax.random.split(key)
+    x = x0
+    if burn_in_steps > 0:
+        dt_b = burn_in / burn_in_steps
+        x, _ = jax.lax.scan(lambda y, k: (em(y, k, dt_b), None), x,
+                            jax.random.split(k_burn, burn_in_steps))
+    dt = tau / steps_per_obs
+
+    def interval(y, ks):
+        y, _ = jax.lax.scan(lambda z, k: (em(z, k, dt), None), y, ks)
+        return y, y
+
+    keys = jax.random.split(k_obs, (n_obs - 1, steps_per_obs))
+    _, ys = jax.lax.scan(interval, x, keys)
+    return jnp.concatenate([x[:, None], jnp.moveaxis(ys, 0, 1)], axis=1)
 
 
 def check_observations(name: str, obs, times=None) -> None:
     """Observations ``(n_traj, n_obs, d)``: finite, at least 2 times; ``times`` increasing."""
     check_array(name, obs, ndim=3, dtype="floating")
+    if obs.shape[0] < 1:
+        raise ValueError(f"{name} needs at least one trajectory, got shape {obs.shape}")
     if obs.shape[1] < 2:
         raise ValueError(f"{name} needs at least 2 observation times, got shape {obs.shape}")
     if times is not None:
         check_array("times", times, ndim=1, dtype="number")
-        t = np.asarray(times, dtype=float)
-        if t.shape[0] != obs.shape[1]:
+        if times.shape[0] != obs.shape[1]:
             raise ValueError(
-                f"times must have one entry per observation ({obs.shape[1]}), got {t.shape[0]}"
+                f"times must have one entry per observation ({obs.shape[1]}), got "
+                f"{times.shape[0]}"
             )
+        if isinstance(times, jax.core.Tracer):
+            return
+        t = np.asarray(times, dtype=float)
         if not np.all(np.diff(t) > 0):
             bad = int(np.argmin(np.diff(t) > 0))
             raise ValueError(
@@ -264,11 +406,18 @@ class Features(NamedTuple):
     lengthscale: Float[Array, ""]
 
 
-class DriftModel(NamedTuple):
-    """A drift ``f(x) = C^T phi(x)`` on random Fourier features."""
+class DriftModel(AbstractDrift):
+    """A drift ``f(x) = C^T phi(x)`` on random Fourier features (final).
+
+    Calling it on one state gives the drift there, so a fitted model can be passed to
+    :func:`simulate`; :func:`predict` evaluates a batch.
+    """
 
     features: Features
     coef: Float[Array, "m d"]
+
+    def __call__(self, x):
+        return predict(self, x[None])[0]
 
 
 def random_features(key: jax.Array, dim: int, n_features: int, lengthscale: float) -> Features:
@@ -293,7 +442,9 @@ def predict(model: DriftModel, x: Float[Array, "n d"]) -> Float[Array, "n d"]:
     return feature_map(model.features, x) @ model.coef
 
 
-class _Stats(NamedTuple):
+class DriftStats(NamedTuple):
+    """Sufficient statistics of the increment likelihood (the normal equations)."""
+
     gram: Array  # sum_i w_i dt_i phi_i phi_i^T
     rhs: Array  # sum_i w_i phi_i dx_i^T
 
@@ -304,16 +455,16 @@ def drift_stats(
     dx: Float[Array, "n d"],
     dt: float | Float[Array, ""] | Float[Array, " n"],
     weights: Float[Array, " n"] | None = None,
-) -> _Stats:
+) -> DriftStats:
     """Sufficient statistics of the increment likelihood ``dx ~ N(f(x) dt, 2 D dt)``."""
     phi = feature_map(feats, x)
     w = jnp.ones(x.shape[0], x.dtype) if weights is None else weights
     wdt = w * jnp.broadcast_to(dt, w.shape)
-    return _Stats((phi * wdt[:, None]).T @ phi, (phi * w[:, None]).T @ dx)
+    return DriftStats((phi * wdt[:, None]).T @ phi, (phi * w[:, None]).T @ dx)
 
 
 def solve_drift(
-    feats: Features, stats: _Stats, diffusion: float | Float[Array, ""], prior_var: float
+    feats: Features, stats: DriftStats, diffusion: float | Float[Array, ""], prior_var: float
 ) -> DriftModel:
     """Posterior mean ``(G / 2D + I / prior_var) C = R / 2D`` (Cholesky, one refinement).
 
@@ -335,17 +486,41 @@ def fit_drift(
     x: Float[Array, "n d"],
     dx: Float[Array, "n d"],
     dt: float | Float[Array, " n"],
-    diffusion: float,
+    diffusion: float | Float[Array, ""],
     *,
-    prior_var: float = 10.0,
+    prior_var: float | Float[Array, ""] = PRIOR_VAR,
     weights: Float[Array, " n"] | None = None,
 ) -> DriftModel:
-    """Bayesian KRR drift from increments ``dx`` over times ``dt`` starting at ``x``."""
+    """Bayesian KRR drift from increments ``dx`` over times ``dt`` starting at ``x``.
+
+    Args:
+      feats: the random features of the drift model (:func:`random_features`).
+      x: start states, shape ``(n, d)`` with ``n >= 1`` (array-like).
+      dx: increments, same shape.
+      dt: the time of each increment, a scalar or shape ``(n,)``; every entry ``> 0``
+        (checked now when concrete, by ``equinox.error_if`` under ``jit``/``vmap``).
+      diffusion: the known ``D > 0``.
+      prior_var: GP prior variance of each coefficient (``> 0``).
+      weights: optional non-negative weight per increment.
+
+    Returns:
+      The posterior-mean :class:`DriftModel`. Differentiable in ``x``, ``dx``, ``dt``,
+      ``diffusion``, ``prior_var`` and ``weights``; ``dt``, ``diffusion`` and
+      ``prior_var`` are traced (``vmap`` over them).
+    """
+    x = as_array("x", x)
+    dx = as_array("dx", dx)
     check_array("x", x, ndim=2, dtype="floating")
+    if x.shape[0] < 1:
+        raise ValueError(f"x must hold at least one increment, got shape {x.shape}")
     check_array("dx", dx, shape=x.shape, dtype="floating")
-    check_scalar("diffusion", diffusion, gt=0.0)
-    check_scalar("prior_var", prior_var, gt=0.0)
+    dt = _positive("dt", dt, x.dtype)
+    if dt.ndim not in (0, 1) or (dt.ndim == 1 and dt.shape[0] != x.shape[0]):
+        raise ValueError(f"dt must be a scalar or have shape ({x.shape[0]},), got {dt.shape}")
+    diffusion = _positive("diffusion", diffusion, x.dtype)
+    prior_var = _positive("prior_var", prior_var, x.dtype)
     if weights is not None:
+        weights = as_array("weights", weights)
         check_array("weights", weights, shape=(x.shape[0],), dtype="floating", ge=0.0)
     return solve_drift(feats, drift_stats(feats, x, dx, dt, weights), diffusion, prior_var)
 
@@ -353,21 +528,24 @@ def fit_drift(
 def direct_estimator(
     feats: Features,
     obs: Float[Array, "n k d"],
-    tau: float,
-    diffusion: float,
+    tau: float | Float[Array, ""],
+    diffusion: float | Float[Array, ""],
     *,
-    prior_var: float = 10.0,
+    prior_var: float | Float[Array, ""] = PRIOR_VAR,
     times: Float[Array, " k"] | None = None,
 ) -> DriftModel:
     """Kramers-Moyal drift: the increment likelihood of the observed pairs at step ``tau``.
 
     ``times`` (optional, strictly increasing) gives irregular observation times shared
-    by all trajectories; otherwise the pairs are ``tau`` apart.
+    by all trajectories; otherwise the pairs are ``tau`` apart. ``tau``, ``diffusion``
+    and ``prior_var`` are traced (``vmap`` over them); the result is differentiable in
+    ``obs``, ``tau``, ``diffusion`` and ``prior_var``.
     """
+    obs = as_array("obs", obs)
     check_observations("obs", obs, times)
-    check_scalar("tau", tau, gt=0.0)
-    check_scalar("diffusion", diffusion, gt=0.0)
-    check_scalar("prior_var", prior_var, gt=0.0)
+    tau = _positive("tau", tau, obs.dtype)
+    diffusion = _positive("diffusion", diffusion, obs.dtype)
+    prior_var = _positive("prior_var", prior_var, obs.dtype)
     x0, x1 = _pairs(obs)
     dts = _intervals(obs, tau, times)
     dts = tau if dts is None else dts
@@ -414,8 +592,9 @@ def geometric_drift(
     for a density's *gradient* (Scott's ``n^(-1/(d+4))`` is tuned for the density and
     leaves the score too noisy).
     """
+    obs = as_array("obs", obs)
     check_observations("obs", obs)
-    check_scalar("diffusion", diffusion, gt=0.0)
+    diffusion = _positive("diffusion", diffusion, obs.dtype)
     pts = obs.reshape(-1, obs.shape[-1])
     n, d = pts.shape
     h = jnp.mean(jnp.std(pts, axis=0)) * n ** (-1.0 / (d + 6.0)) if bandwidth is None else bandwidth
@@ -434,8 +613,9 @@ def fit_function(
 
 def estimate_diffusion(obs: Float[Array, "n k d"], tau: float) -> Float[Array, ""]:
     """Quadratic-variation estimate ``D = mean |dx - mean dx|^2 / (2 d tau)`` (tau -> 0)."""
+    obs = as_array("obs", obs)
     check_observations("obs", obs)
-    check_scalar("tau", tau, gt=0.0)
+    tau = _positive("tau", tau, obs.dtype)
     x0, x1 = _pairs(obs)
     dx = x1 - x0
     return jnp.mean(jnp.sum(jnp.square(dx - jnp.mean(dx, 0)), -1)) / (2.0 * x0.shape[-1] * tau)
@@ -470,7 +650,9 @@ def sample_bridges(
 ) -> Bridges:
     """Guided-proposal bridges of ``dX = drift(X) dt + sqrt(2D) dW`` from ``x_start`` to ``x_end``.
 
-    ``drift`` maps a batch ``(q, d) -> (q, d)``. Proposal (Euler, ``dt = tau / n_steps``):
+    ``drift`` is a drift of one state (an :class:`AbstractDrift`, a fitted
+    :class:`DriftModel` or any callable ``(d,) -> (d,)``); ``log_density`` maps a batch
+    ``(q, d) -> (q,)``. Proposal (Euler, ``dt = tau / n_steps``):
     ``X_{s+1} = X_s + [drift(X_s) + (x_end - X_s) / (tau - t_s)] dt + sqrt(2 D dt r_s) xi``
     with ``r_s = (tau - t_s - dt) / (tau - t_s)`` (the discrete Brownian bridge's
     variance, Durham & Gallant's modified diffusion bridge) for ``s < n_steps - 1``,
@@ -478,22 +660,27 @@ def sample_bridges(
     weight equals the transition density. Log weight: the Euler chain's
     density of the whole path (its last transition lands on ``x_end``) minus the
     proposal's, plus ``guidance * sum_s log_density(X_s) dt`` when a density is given.
-    ``tau`` may differ per pair (irregular observation times).
+    ``tau`` may differ per pair (irregular observation times). ``tau``, ``diffusion``,
+    ``guidance`` and the drift's parameters are traced; ``n_steps`` and ``n_bridges`` are
+    static.
     """
     check_key("key", key)
+    f = _drift("drift", drift)
+    x_start = as_array("x_start", x_start)
+    x_end = as_array("x_end", x_end)
     check_array("x_start", x_start, ndim=2, dtype="floating")
     check_array("x_end", x_end, shape=x_start.shape, dtype="floating")
-    if np.ndim(tau) == 0:
-        check_scalar("tau", tau, gt=0.0)
-    else:
+    if np.ndim(tau) != 0:
         check_array("tau", tau, shape=(x_start.shape[0],), dtype="floating")
-        if not isinstance(tau, jax.core.Tracer) and not np.all(np.asarray(tau) > 0):
-            raise ValueError("tau must be > 0 for every pair (observation times must increase)")
-    check_scalar("diffusion", diffusion, gt=0.0)
+    try:
+        tau = _positive("tau", tau, x_start.dtype)
+    except ValueError as exc:
+        raise ValueError(f"{exc} for every pair (observation times must increase)") from None
+    diffusion = _positive("diffusion", diffusion, x_start.dtype)
     n_steps = check_int("n_steps", n_steps, min=2)
     n_bridges = check_int("n_bridges", n_bridges, min=1)
-    check_scalar("guidance", guidance, ge=0.0)
-    return _bridges(key, drift, x_start, x_end, tau, diffusion, n_steps, n_bridges,
+    guidance = _nonnegative("guidance", guidance, x_start.dtype)
+    return _bridges(key, jax.vmap(f), x_start, x_end, tau, diffusion, n_steps, n_bridges,
                     log_density, guidance)
 
 
@@ -550,8 +737,195 @@ def _bridges(key, drift, x_start, x_end, tau, diffusion, n_steps, n_bridges,
     return Bridges(paths, logw, weights, log_transition)
 
 
+@dataclasses.dataclass(frozen=True)
+class EMConfig:
+    """Settings of the Monte-Carlo EM of :func:`path_augmentation` (one owner per number).
+
+    Attributes:
+      n_iter: EM iterations (a budget when ``select="max_posterior"``).
+      n_steps: Euler steps of each bridge (static; the bridge resolution).
+      n_bridges: bridges per observation pair in each E-step.
+      n_score_bridges: bridges per pair to score an iterate (``None``: ``n_bridges``).
+      prior_var: GP prior variance of each drift coefficient (traced: ``vmap`` over it).
+      guidance: weight of the invariant-density tilt of the bridges (traced; 0 = off).
+      select: ``"max_posterior"`` (the iterate with the highest estimated observed-data
+        log posterior) or ``"last"``.
+    """
+
+    n_iter: int = 10
+    n_steps: int = 20
+    n_bridges: int = 8
+    n_score_bridges: int | None = None
+    prior_var: float = PRIOR_VAR
+    guidance: float = 0.0
+    select: str = "max_posterior"
+
+    def __post_init__(self):
+        check_int("n_iter", self.n_iter, min=1)
+        check_int("n_steps", self.n_steps, min=2)
+        check_int("n_bridges", self.n_bridges, min=1)
+        if self.n_score_bridges is not None:
+            check_int("n_score_bridges", self.n_score_bridges, min=1)
+        check_scalar("prior_var", self.prior_var, gt=0.0)
+        check_scalar("guidance", self.guidance, ge=0.0)
+        check_choice("select", self.select, ("max_posterior", "last"))
+
+    @property
+    def score_bridges(self) -> int:
+        return self.n_bridges if self.n_score_bridges is None else self.n_score_bridges
+
+
+class Pairs(NamedTuple):
+    """Consecutive observation pairs, what every EM step reads (:func:`observation_pairs`)."""
+
+    x_start: Float[Array, "p d"]
+    x_end: Float[Array, "p d"]
+    dt: Float[Array, " p"]  # the interval of each pair
+    points: Float[Array, "q d"]  # every observation (the invariant density's KDE)
+
+
+def observation_pairs(
+    obs: Float[Array, "n k d"],
+    tau: float | Float[Array, ""],
+    times: Float[Array, " k"] | None = None,
+) -> Pairs:
+    """The pairs ``(x_k, x_{k+1})`` of every trajectory and their intervals.
+
+    ``tau`` (traced) is the interval of regularly spaced observations; ``times``
+    (strictly increasing, shared by all trajectories) overrides it.
+    """
+    obs = as_array("obs", obs)
+    check_observations("obs", obs, times)
+    tau = _positive("tau", tau, obs.dtype)
+    x0, x1 = _pairs(obs)
+    dts = _intervals(obs, tau, times)
+    dts = jnp.broadcast_to(tau, (x0.shape[0],)) if dts is None else dts
+    return Pairs(x0, x1, dts, obs.reshape(-1, obs.shape[-1]))
+
+
+class AugmentationState(NamedTuple):
+    """The EM state: the current drift model and how many steps produced it."""
+
+    model: DriftModel
+    iteration: Array
+
+
+class AugmentationInfo(NamedTuple):
+    """What one EM step saw."""
+
+    ess: Float[Array, ""]  # mean effective sample size fraction of the E-step's bridges
+    # Monte-Carlo estimate of the observed-data log posterior of the step's *input*
+    # model: sum over pairs of log mean importance weight + log prior.
+    log_posterior: Float[Array, ""]
+
+
+def _is_zero(x) -> bool:
+    return not isinstance(x, jax.core.Tracer) and np.ndim(x) == 0 and float(x) == 0.0
+
+
+def _log_density(points, use):
+    if not use:
+        return None
+    h = scott_bandwidth(points)
+
+    def log_density(z):
+        return jnp.log(kde_density(z, points, h) + 1e-12)
+
+    return log_density
+
+
+def _model_bridges(key, model, pairs, diffusion, n_steps, n_bridges, log_density, guidance):
+    return _bridges(key, lambda z: predict(model, z), pairs.x_start, pairs.x_end, pairs.dt,
+                    diffusion, n_steps, n_bridges, log_density, guidance)
+
+
+def _objective(br, model, prior_var):
+    return jnp.sum(br.log_transition) - 0.5 * jnp.sum(jnp.square(model.coef)) / prior_var
+
+
+@functools.partial(jax.jit, static_argnums=(6, 7, 8, 10))
+def _em_step(key, state, pairs, diffusion, prior_var, guidance, n_steps, n_bridges,
+             use_density, score_key, n_score):
+    model = state.model
+    feats = model.features
+    d = pairs.x_start.shape[-1]
+    log_density = _log_density(pairs.points, use_density)
+    br = _model_bridges(key, model, pairs, diffusion, n_steps, n_bridges, log_density, guidance)
+    ess = jnp.mean(1.0 / jnp.sum(jnp.square(br.weights), axis=1)) / n_bridges
+    if score_key is None:
+        objective = _objective(br, model, prior_var)
+    else:
+        sb = _model_bridges(score_key, model, pairs, diffusion, n_steps, n_score, log_density,
+                            guidance)
+        objective = _objective(sb, model, prior_var)
+    dt = jnp.broadcast_to((pairs.dt / n_steps)[:, None], br.weights.shape).reshape(-1)
+    w = br.weights.reshape(-1)
+    steps = jnp.moveaxis(br.paths, 2, 0)  # (s + 1, p, b, d)
+
+    # The normal equations accumulate step by step: the paths' Phi is never materialised.
+    def acc(stats, s):
+        xs = steps[s].reshape(-1, d)
+        dx = (steps[s + 1] - steps[s]).reshape(-1, d)
+        st = drift_stats(feats, xs, dx, dt, w)
+        return DriftStats(stats.gram + st.gram, stats.rhs + st.rhs), None
+
+    m = feats.b.shape[0]
+    dtype = pairs.x_start.dtype
+    zero = DriftStats(jnp.zeros((m, m), dtype), jnp.zeros((m, d), dtype))
+    stats, _ = jax.lax.scan(acc, zero, jnp.arange(n_steps))
+    new = solve_drift(feats, stats, diffusion, prior_var)
+    return AugmentationState(new, state.iteration + 1), AugmentationInfo(ess, objective)
+
+
+def augmentation_init(model: DriftModel) -> AugmentationState:
+    """The EM state at the initial drift estimate ``model`` (iteration 0)."""
+    if not isinstance(model, DriftModel):
+        raise TypeError(f"model must be a DriftModel, got {type(model).__name__}")
+    return AugmentationState(model, jnp.zeros((), jnp.int32))
+
+
+def augmentation_step(
+    key: jax.Array,
+    state: AugmentationState,
+    pairs: Pairs,
+    diffusion: float | Float[Array, ""],
+    config: EMConfig = EMConfig(),
+    *,
+    score_key: jax.Array | None = None,
+) -> tuple[AugmentationState, AugmentationInfo]:
+    """One Monte-Carlo EM step: bridges of ``state.model``, then the drift from the bridges.
+
+    E-step: ``config.n_bridges`` weighted bridges per pair (:func:`sample_bridges`);
+    M-step: the increment likelihood of their fine increments (:func:`fit_drift`'s
+    posterior mean), each weighted by its bridge's importance weight. The info's
+    ``log_posterior`` scores the *input* model: with the E-step's own bridges, or, with
+    ``score_key``, with ``config.score_bridges`` bridges drawn from that key (pass the
+    same ``score_key`` at every step for common random numbers across iterates).
+
+    ``diffusion``, ``config.prior_var`` and ``config.guidance`` are traced (``vmap``
+    over them); ``config.n_steps`` and ``config.n_bridges`` are static. The step is
+    differentiable in the observations and ``diffusion`` through the reparametrised
+    bridges, but the importance weights make that gradient noisy.
+    """
+    check_key("key", key)
+    if score_key is not None:
+        check_key("score_key", score_key)
+    if not isinstance(state, AugmentationState):
+        raise TypeError(f"state must be an AugmentationState (augmentation_init), got "
+                        f"{type(state).__name__}")
+    if not isinstance(pairs, Pairs):
+        raise TypeError(f"pairs must be Pairs (observation_pairs), got {type(pairs).__name__}")
+    dtype = pairs.x_start.dtype
+    diffusion = _positive("diffusion", diffusion, dtype)
+    prior_var = _positive("config.prior_var", config.prior_var, dtype)
+    use_density = not _is_zero(config.guidance)
+    guidance = _nonnegative("config.guidance", config.guidance, dtype)
+    return _em_step(key, state, pairs, diffusion, prior_var, guidance, config.n_steps,
+                    config.n_bridges, use_density, score_key, config.score_bridges)
+
+
 class AugmentationResult(NamedTuple):
-    model: DriftModel  # the selected iterate (see ``select`` in :func:`path_augmentation`)
+    model: DriftModel  # the selected iterate (see ``select`` in :class:`EMConfig`)
     history: Float[Array, "it g d"]  # drift at the probe points: init, then after each iteration
     ess: Float[Array, " it"]  # mean effective sample size fraction of each E-step's bridges
     # Monte-Carlo estimate of the observed-data log posterior of each iterate in ``history``:
@@ -564,109 +938,83 @@ def path_augmentation(
     key: jax.Array,
     init: DriftModel,
     obs: Float[Array, "n k d"],
-    tau: float,
-    diffusion: float,
+    tau: float | Float[Array, ""],
+    diffusion: float | Float[Array, ""],
+    config: EMConfig = EMConfig(),
     *,
-    n_iter: int = 10,
-    n_steps: int = 20,
-    n_bridges: int = 8,
-    prior_var: float = 10.0,
-    guidance: float = 0.0,
-    select: str = "max_posterior",
-    n_score_bridges: int | None = None,
     times: Float[Array, " k"] | None = None,
     probe: Float[Array, "g d"] | None = None,
 ) -> AugmentationResult:
     """The paper's iteration: bridges of the current drift, then the drift from the bridges.
 
-    ``init`` is the initial non-parametric estimate (the geometric one in the paper's
-    setting, :func:`geometric_drift` fitted with :func:`fit_function`). ``guidance > 0``
-    tilts the bridges toward the observations' invariant density (KDE, Scott bandwidth).
-    ``probe`` points record the drift after each iteration in ``history``.
+    A thin ``lax.scan`` driver over :func:`augmentation_init` / :func:`augmentation_step`
+    (``config.n_iter`` steps). ``init`` is the initial non-parametric estimate (the
+    geometric one in the paper's setting, :func:`geometric_drift` fitted with
+    :func:`fit_function`). ``config.guidance > 0`` tilts the bridges toward the
+    observations' invariant density (KDE, Scott bandwidth). ``probe`` points (default:
+    the first observation of each trajectory) record the drift after each iteration in
+    ``history``.
 
-    Which iterate is returned (``select``): Monte-Carlo EM does not increase the
+    Which iterate is returned (``config.select``): Monte-Carlo EM does not increase the
     likelihood monotonically (the E-step is a finite, importance-weighted sample), so
     ``"max_posterior"`` (default) returns the iterate with the highest estimate of the
     observed-data objective that EM ascends, ``sum_k log p(x_{k+1} | x_k) - |C|^2 / 2
     prior_var``, where each transition density is the mean importance weight of the
     iterate's own bridges (:attr:`Bridges.log_transition`); it uses the observations
     only. ``"last"`` returns the last iterate. ``n_iter`` is then a budget.
-    Every iterate (init, ..., last) is scored with ``n_score_bridges`` (default
-    ``n_bridges``) bridges drawn with one shared key (common random numbers, so the
-    comparison between iterates is not dominated by Monte-Carlo noise); scoring needs
-    no normal equations, so it is cheap next to an EM step. With ``guidance > 0`` the
-    score is that of the tilted path measure, not a likelihood.
+    Every iterate (init, ..., last) is scored with ``config.score_bridges`` bridges
+    drawn with one shared key (common random numbers, so the comparison between
+    iterates is not dominated by Monte-Carlo noise); scoring needs no normal equations,
+    so it is cheap next to an EM step. With ``guidance > 0`` the score is that of the
+    tilted path measure, not a likelihood.
+
+    **Transformations.** ``tau``, ``diffusion``, ``config.prior_var`` and
+    ``config.guidance`` are traced: ``vmap`` over them (build the config inside the
+    vmapped function). The selection (an ``argmax``) is piecewise constant, so
+    gradients flow through the selected iterate only.
     """
     check_key("key", key)
-    check_observations("obs", obs, times)
-    check_scalar("tau", tau, gt=0.0)
-    check_scalar("diffusion", diffusion, gt=0.0)
-    n_iter = check_int("n_iter", n_iter, min=1)
-    n_steps = check_int("n_steps", n_steps, min=2)
-    n_bridges = check_int("n_bridges", n_bridges, min=1)
-    check_scalar("prior_var", prior_var, gt=0.0)
-    check_scalar("guidance", guidance, ge=0.0)
-    check_choice("select", select, ("max_posterior", "last"))
-    n_score = n_bridges if n_score_bridges is None else n_score_bridges
-    n_score = check_int("n_score_bridges", n_score, min=1)
+    if not isinstance(init, DriftModel):
+        raise TypeError(f"init must be a DriftModel, got {type(init).__name__}")
+    if not isinstance(config, EMConfig):
+        raise TypeError(f"config must be an EMConfig, got {type(config).__name__}")
+    pairs = observation_pairs(obs, tau, times)
+    dtype = pairs.x_start.dtype
     if probe is None:
-        probe = obs[:, 0]
-    check_array("probe", probe, shape=(None, obs.shape[-1]), dtype="floating")
-    x0, x1 = _pairs(obs)
-    dts = _intervals(obs, tau, times)
-    dts = jnp.full((x0.shape[0],), tau, obs.dtype) if dts is None else dts
-    return _augment(key, init, x0, x1, dts, diffusion, jnp.asarray(probe),
-                    obs.reshape(-1, obs.shape[-1]), n_iter, n_steps, n_bridges,
-                    float(prior_var), float(guidance), select, n_score)
+        probe = pairs.points.reshape(jnp.shape(obs)[0], -1, pairs.points.shape[-1])[:, 0]
+    probe = as_array("probe", probe)
+    check_array("probe", probe, shape=(None, pairs.x_start.shape[-1]), dtype="floating")
+    diffusion = _positive("diffusion", diffusion, dtype)
+    prior_var = _positive("config.prior_var", config.prior_var, dtype)
+    use_density = not _is_zero(config.guidance)
+    guidance = _nonnegative("config.guidance", config.guidance, dtype)
+    return _augment(key, init, pairs, diffusion, prior_var, guidance, probe, config.n_iter,
+                    config.n_steps, config.n_bridges, config.score_bridges, use_density,
+                    config.select)
 
 
-@functools.partial(jax.jit, static_argnums=(8, 9, 10, 11, 12, 13, 14))
-def _augment(key, init, x0, x1, dts, diffusion, probe, points, n_iter, n_steps, n_bridges,
-             prior_var, guidance, select, n_score):
-    feats = init.features
-    d = x0.shape[-1]
-    log_density = None
-    if guidance > 0.0:
-        h = scott_bandwidth(points)
-
-        def log_density(z):
-            return jnp.log(kde_density(z, points, h) + 1e-12)
-
+@functools.partial(jax.jit, static_argnums=(7, 8, 9, 10, 11, 12))
+def _augment(key, init, pairs, diffusion, prior_var, guidance, probe, n_iter, n_steps,
+             n_bridges, n_score, use_density, select):
     k_em, k_score = jax.random.split(key)
 
-    def score(model):
-        br = _bridges(k_score, lambda z: predict(model, z), x0, x1, dts, diffusion, n_steps,
-                      n_score, log_density, guidance)
-        return jnp.sum(br.log_transition) - 0.5 * jnp.sum(jnp.square(model.coef)) / prior_var
+    def step(state, k):
+        new, info = _em_step(k, state, pairs, diffusion, prior_var, guidance, n_steps,
+                             n_bridges, use_density, k_score, n_score)
+        return new, (predict(new.model, probe), new.model.coef, info)
 
-    def em_step(model, k):
-        br = _bridges(k, lambda z: predict(model, z), x0, x1, dts, diffusion, n_steps,
-                      n_bridges, log_density, guidance)
-        ess = jnp.mean(1.0 / jnp.sum(jnp.square(br.weights), axis=1)) / n_bridges
-        objective = score(model)
-        dt = jnp.broadcast_to((dts / n_steps)[:, None], br.weights.shape).reshape(-1)
-        w = br.weights.reshape(-1)
-        steps = jnp.moveaxis(br.paths, 2, 0)  # (s + 1, p, b, d)
-
-        def acc(stats, s):
-            xs = steps[s].reshape(-1, d)
-            dx = (steps[s + 1] - steps[s]).reshape(-1, d)
-            st = drift_stats(feats, xs, dx, dt, w)
-            return _Stats(stats.gram + st.gram, stats.rhs + st.rhs), None
-
-        m = feats.b.shape[0]
-        zero = _Stats(jnp.zeros((m, m), x0.dtype), jnp.zeros((m, d), x0.dtype))
-        stats, _ = jax.lax.scan(acc, zero, jnp.arange(n_steps))
-        new = solve_drift(feats, stats, diffusion, prior_var)
-        return new, (predict(new, probe), new.coef, ess, objective)
-
-    model, (hist, coefs, ess, objective) = jax.lax.scan(
-        em_step, init, jax.random.split(k_em, n_iter))
+    state, (hist, coefs, info) = jax.lax.scan(
+        step, augmentation_init(init), jax.random.split(k_em, n_iter))
+    log_density = _log_density(pairs.points, use_density)
+    last = _model_bridges(k_score, state.model, pairs, diffusion, n_steps, n_score,
+                          log_density, guidance)
     hist = jnp.concatenate([predict(init, probe)[None], hist], 0)
     coefs = jnp.concatenate([init.coef[None], coefs], 0)
-    objective = jnp.concatenate([objective, score(model)[None]])
+    objective = jnp.concatenate([info.log_posterior,
+                                 _objective(last, state.model, prior_var)[None]])
     sel = jnp.asarray(n_iter) if select == "last" else jnp.argmax(objective)
-    return AugmentationResult(DriftModel(feats, coefs[sel]), hist, ess, objective, sel)
+    return AugmentationResult(DriftModel(init.features, coefs[sel]), hist, info.ess, objective,
+                              sel)
 
 
 # --------------------------------------------------------------------------- metric

@@ -14,7 +14,7 @@ method runs once to warm up (compile time = first call - second call), then is
 timed; ratio = SFI time / jaxsci time. Run: ``python scripts/bench/langevin.py``.
 """
 
-import math
+import dataclasses
 import time
 
 import jax
@@ -22,29 +22,28 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsci.dynamics import langevin as lg
-from jaxsci.experiments.langevin import CONFIGS
+from jaxsci.experiments.langevin import CONFIGS, SYSTEMS
 
 C = CONFIGS["quick"]
 
 
 def make_data(system, tau):
     x0 = jax.random.normal(jax.random.key(0), (C.n_traj, 2))
-    return lg.simulate(jax.random.key(1), system, x0, C.diffusion, tau, C.n_obs,
-                       burn_in=C.burn_in)
+    return lg.simulate(jax.random.key(1), SYSTEMS[system](), x0, C.diffusion, tau, C.n_obs,
+                       steps_per_obs=round(tau / C.dt), burn_in=C.burn_in,
+                       burn_in_steps=round(C.burn_in / C.dt))
 
 
 def jaxsci_direct(obs, tau, feats):
-    model = lg.direct_estimator(feats, obs, tau, C.diffusion, prior_var=C.prior_var)
+    model = lg.direct_estimator(feats, obs, tau, C.diffusion, prior_var=C.em.prior_var)
     return lambda x: lg.predict(model, x)
 
 
 def jaxsci_augmented(obs, tau, feats):
     pts = obs.reshape(-1, 2)
     init = lg.fit_function(feats, pts, lg.geometric_drift(pts, obs, C.diffusion))
-    n_steps = max(math.ceil(tau / C.bridge_dt - 1e-9), C.min_steps)
-    res = lg.path_augmentation(jax.random.key(3), init, obs, tau, C.diffusion, n_iter=C.n_iter,
-                               n_steps=n_steps, n_bridges=C.n_bridges,
-                               n_score_bridges=C.n_score_bridges, prior_var=C.prior_var)
+    em = dataclasses.replace(C.em, n_steps=C.bridge_steps(tau))
+    res = lg.path_augmentation(jax.random.key(3), init, obs, tau, C.diffusion, em)
     return lambda x: lg.predict(res.model, x)
 
 
@@ -84,7 +83,7 @@ def main(systems=("double_well", "van_der_pol"), taus=(0.1, 2.0)):
             obs = make_data(system, tau)
             pts = obs.reshape(-1, 2)
             w = lg.kde_density(pts, pts, lg.scott_bandwidth(pts))
-            f_true = jax.vmap(lg.drift_fn(system))(pts)
+            f_true = jax.vmap(SYSTEMS[system]())(pts)
             rms = float(lg.weighted_rmse(jnp.zeros_like(f_true), f_true, w))
             runs = {}
             for name, fn in methods:

@@ -6,6 +6,7 @@ import pytest
 from jaxsci.dynamics import langevin as lg
 
 D = 0.5
+SIM = {"steps_per_obs": 50, "burn_in": 1.0, "burn_in_steps": 100}  # step 0.01
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +18,7 @@ def feats():
 def ou_obs():
     """Short dense observations (tau = dt = 0.01) of dX = -X dt + sqrt(2D) dW."""
     x0 = jax.random.normal(jax.random.key(1), (20, 2)) * np.sqrt(D)
-    return lg.simulate(jax.random.key(2), lambda x: -x, x0, D, 0.01, 51)
+    return lg.simulate(jax.random.key(2), lambda x: -x, x0, D, 0.01, 51, steps_per_obs=1)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,7 @@ def ou_increments():
 @pytest.fixture(scope="module")
 def small_obs():
     x0 = jax.random.normal(jax.random.key(3), (6, 2))
-    return lg.simulate(jax.random.key(4), "van_der_pol", x0, D, 0.5, 4, burn_in=1.0)
+    return lg.simulate(jax.random.key(4), lg.VanDerPol(), x0, D, 0.5, 4, **SIM)
 
 
 # ---------------------------------------------------------------- simulation
@@ -42,17 +43,18 @@ def small_obs():
 def test_simulate_ou_stationary_variance():
     # OU with f = -x, D = 0.5: stationary variance D = 0.5 per axis.
     x0 = jnp.zeros((500, 2))
-    obs = lg.simulate(jax.random.key(5), lambda x: -x, x0, D, 1.0, 2, burn_in=4.0)
+    obs = lg.simulate(jax.random.key(5), lambda x: -x, x0, D, 1.0, 2, steps_per_obs=100,
+                      burn_in=4.0, burn_in_steps=400)
     var = np.var(np.asarray(obs[:, -1]), axis=0)
     np.testing.assert_allclose(var, D, rtol=0.2)
 
 
 def test_simulate_deterministic_and_shape(small_obs):
     x0 = jax.random.normal(jax.random.key(3), (6, 2))
-    again = lg.simulate(jax.random.key(4), "van_der_pol", x0, D, 0.5, 4, burn_in=1.0)
+    again = lg.simulate(jax.random.key(4), lg.VanDerPol(), x0, D, 0.5, 4, **SIM)
     assert small_obs.shape == (6, 4, 2)
     np.testing.assert_array_equal(np.asarray(small_obs), np.asarray(again))
-    other = lg.simulate(jax.random.key(5), "van_der_pol", x0, D, 0.5, 4, burn_in=1.0)
+    other = lg.simulate(jax.random.key(5), lg.VanDerPol(), x0, D, 0.5, 4, **SIM)
     assert not np.allclose(np.asarray(small_obs), np.asarray(other))
 
 
@@ -127,7 +129,7 @@ def test_geometric_drift_recovers_gradient_drift():
 def test_rotating_well_has_same_invariant_density_as_double_well():
     # The Fokker-Planck current J = f rho - D grad rho is divergence-free for
     # rho = exp(-U / D): check numerically at random points.
-    f = lg.drift_fn("rotating_well")
+    f = lg.RotatingWell()
 
     def u(x):
         return (x[0] ** 2 - 1.0) ** 2 + 0.5 * x[1] ** 2
@@ -136,7 +138,7 @@ def test_rotating_well_has_same_invariant_density_as_double_well():
         return jnp.exp(-u(x) / D) * f(x) - D * jax.grad(lambda y: jnp.exp(-u(y) / D))(x)
 
     xs = jax.random.normal(jax.random.key(8), (10, 2))
-    div = jax.vmap(lambda x: jnp.trace(jax.jacfwd(flux)(x)))(xs)
+    div = jax.jit(jax.vmap(lambda x: jnp.trace(jax.jacfwd(flux)(x))))(xs)
     np.testing.assert_allclose(np.asarray(div), 0.0, atol=1e-4)
 
 
@@ -149,7 +151,7 @@ def bridge_fn():
         return -z
 
     def one(key, xs, xe):
-        return lg._bridges(key, drift, xs, xe, 1.0, D, 10, 4)
+        return lg.sample_bridges(key, drift, xs, xe, 1.0, D, n_steps=10, n_bridges=4)
 
     return jax.jit(one)
 
@@ -231,13 +233,12 @@ def test_path_augmentation_deterministic_and_improves_init(feats):
     # augmentation from a zero drift moves toward -x. The returned (selected) iterate
     # is asserted on; later iterates drift away (see docs/langevin.md).
     x0 = jax.random.normal(jax.random.key(12), (100, 2)) * np.sqrt(D)
-    obs = lg.simulate(jax.random.key(13), lambda x: -x, x0, D, 1.0, 6)
+    obs = lg.simulate(jax.random.key(13), lambda x: -x, x0, D, 1.0, 6, steps_per_obs=100)
     init = lg.DriftModel(feats, jnp.zeros((feats.b.shape[0], 2)))
     probe = jnp.array([[0.5, 0.0], [0.0, -0.5], [-0.4, 0.4]])
-    a = lg.path_augmentation(jax.random.key(14), init, obs, 1.0, D, n_iter=6, n_steps=5,
-                             n_bridges=4, probe=probe)
-    b = lg.path_augmentation(jax.random.key(14), init, obs, 1.0, D, n_iter=6, n_steps=5,
-                             n_bridges=4, probe=probe)
+    cfg = lg.EMConfig(n_iter=6, n_steps=5, n_bridges=4)
+    a = lg.path_augmentation(jax.random.key(14), init, obs, 1.0, D, cfg, probe=probe)
+    b = lg.path_augmentation(jax.random.key(14), init, obs, 1.0, D, cfg, probe=probe)
     np.testing.assert_array_equal(np.asarray(a.history), np.asarray(b.history))
     assert a.history.shape == (7, 3, 2)
     err = [float(jnp.sqrt(jnp.mean(jnp.square(h + probe)))) for h in a.history]
@@ -254,6 +255,18 @@ def test_path_augmentation_deterministic_and_improves_init(feats):
                                np.asarray(a.history[sel]), rtol=1e-5, atol=1e-5)
     # From a zero drift, EM raises the observed-data objective.
     assert lp[sel] > lp[0]
+    # The driver is a scan over init/step: the same keys give the same iterates.
+    k_em, k_score = jax.random.split(jax.random.key(14))
+    pairs = lg.observation_pairs(obs, 1.0)
+    state = lg.augmentation_init(init)
+    lps = []
+    for k in jax.random.split(k_em, cfg.n_iter):
+        state, info = lg.augmentation_step(k, state, pairs, D, cfg, score_key=k_score)
+        lps.append(float(info.log_posterior))
+    assert int(state.iteration) == cfg.n_iter
+    np.testing.assert_allclose(lps, lp[:-1], rtol=1e-3, atol=1e-2)
+    np.testing.assert_allclose(np.asarray(lg.predict(state.model, probe)),
+                               np.asarray(a.history[-1]), rtol=1e-2, atol=1e-3)
 
 
 # ---------------------------------------------------------------- errors
@@ -285,15 +298,41 @@ def test_errors_bad_arguments(feats, small_obs):
         lg.direct_estimator(feats, small_obs, 0.0, D)
     with pytest.raises(ValueError, match="diffusion must be > 0"):
         lg.geometric_drift(small_obs[0], small_obs, -1.0)
-    with pytest.raises(ValueError, match="system must be one of"):
-        lg.drift_fn("lorenz")
-    with pytest.raises(ValueError, match="tau must be a multiple of dt"):
-        lg.simulate(jax.random.key(0), "hopf", jnp.zeros((2, 2)), D, 0.015, 3)
+    with pytest.raises(TypeError, match="drift must be a drift"):
+        lg.simulate(jax.random.key(0), "hopf", jnp.zeros((2, 2)), D, 0.5, 3)
+    with pytest.raises(ValueError, match="burn_in_steps"):
+        lg.simulate(jax.random.key(0), lg.Hopf(), jnp.zeros((2, 2)), D, 0.5, 3, burn_in=1.0)
     with pytest.raises(ValueError, match="n_bridges must be >= 1"):
         lg.sample_bridges(jax.random.key(0), lambda z: -z, small_obs[:, 0], small_obs[:, 1],
                           0.5, D, n_bridges=0)
     with pytest.raises(ValueError, match="select must be one of"):
-        lg.path_augmentation(jax.random.key(0), lg.DriftModel(feats, jnp.zeros((100, 2))),
-                             small_obs, 0.5, D, select="best")
+        lg.EMConfig(select="best")
     with pytest.raises(ValueError, match="obs needs at least 2 observation times"):
         lg.direct_estimator(feats, small_obs[:, :1], 0.5, D)
+
+
+def test_fit_drift_rejects_non_positive_dt(feats, ou_increments):
+    # Issue 16: dt = 0 used to be accepted and gave a silent, meaningless fit.
+    x, dx, _ = ou_increments
+    x, dx = x[:50], dx[:50]
+    for bad in (0.0, -0.1):
+        with pytest.raises(ValueError, match="dt must be > 0"):
+            lg.fit_drift(feats, x, dx, bad, D)
+    with pytest.raises(ValueError, match="dt must be > 0"):
+        lg.fit_drift(feats, x, dx, jnp.full((50,), 0.1).at[3].set(0.0), D)
+    with pytest.raises(ValueError, match="x must hold at least one increment"):
+        lg.fit_drift(feats, x[:0], dx[:0], 0.1, D)
+    # Inside jit the check still fires (equinox.error_if), instead of a NaN-free garbage fit.
+    fit = jax.jit(lambda dt: lg.fit_drift(feats, x, dx, dt, D).coef)
+    with pytest.raises(Exception, match="dt must be > 0"):
+        jax.block_until_ready(fit(jnp.asarray(0.0)))
+    assert np.all(np.isfinite(np.asarray(fit(jnp.asarray(0.1)))))
+
+
+def test_drift_parameters_sweep():
+    # vmap over RotatingWell's gamma: gamma = 0 is the double well.
+    xs = jnp.array([[0.3, -0.2], [1.1, 0.4]])
+    out = jax.jit(jax.vmap(lambda g: jax.vmap(lg.RotatingWell(g))(xs)))(jnp.array([0.0, 2.0]))
+    np.testing.assert_allclose(np.asarray(out[0]), np.asarray(jax.vmap(lg.DoubleWell())(xs)),
+                               rtol=1e-6)
+    assert not np.allclose(np.asarray(out[1]), np.asarray(out[0]))

@@ -23,7 +23,10 @@ def _numbers(v):
         return [x for y in v.values() for x in _numbers(y)]
     if isinstance(v, str):
         return [{"inf": math.inf, "-inf": -math.inf, "nan": math.nan}.get(v, 0.0)]
-    return list(np.asarray(v, dtype=float).ravel())
+    try:
+        return list(np.asarray(v, dtype=float).ravel())
+    except (TypeError, ValueError):  # a list of names (strings): nothing to check
+        return []
 
 
 def _smoke_class(name):

@@ -16,6 +16,7 @@ import tempfile
 
 import jax
 
+from jaxsci.core import run_experiment
 from jaxsci.experiments import grans as exp
 from jaxsci.solvers import krylov
 
@@ -31,7 +32,7 @@ def main() -> None:
         baselines=krylov.SOLVERS,
     )
     with tempfile.TemporaryDirectory() as out:
-        m = exp.run(cfg, out, progress=True).metrics
+        m = run_experiment(exp.EXPERIMENT, cfg, out, progress=True).metrics
     print(f"machine: {platform.processor() or platform.machine()}, {jax.device_count()} "
           f"JAX device(s) ({jax.devices()[0].platform}); train {m['train_seconds']:.1f} s")
     print(f"{'case':38s} {'solver':16s} {'rel.res':>8s} {'iters':>6s} {'seconds':>9s} "

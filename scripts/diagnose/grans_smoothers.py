@@ -15,20 +15,22 @@ import numpy as np
 
 from jaxsci.data import fem
 from jaxsci.experiments import grans as exp
+from jaxsci.solvers import grans as gr
 
 
 def main() -> None:
     cfg = exp.CONFIGS["quick"]
+    omega = gr.Jacobi().omega  # the weighted-Jacobi default (2/3)
     k_test = jax.random.split(jax.random.key(0), 4)[3]
     print(f"{'case':34s} {'rho(jacobi)':>11s} {'rho(l1)':>8s} {'min a_ii':>9s} "
           f"{'neg. eig':>8s} {'min |eig|':>9s}")
-    for ci, (eq, shift, size) in enumerate(exp._cases(cfg)):
+    for ci, (eq, shift, size) in enumerate(exp.cases(cfg)):
         prob = fem.assemble(jax.random.fold_in(k_test, ci), eq, size=size, shift=shift)
         A = prob.matrix.toarray()
         d = np.diag(A)
         l1 = np.abs(A).sum(1)
         eye = np.eye(A.shape[0])
-        rho_j = np.max(np.abs(np.linalg.eigvals(eye - cfg.model.omega * A / d[:, None])))
+        rho_j = np.max(np.abs(np.linalg.eigvals(eye - omega * A / d[:, None])))
         rho_l1 = np.max(np.abs(np.linalg.eigvals(eye - A / l1[:, None])))
         ev = np.linalg.eigvals(A)
         print(f"{eq + f'/{shift:+.2f}/n{prob.n}':34s} {rho_j:11.3f} {rho_l1:8.3f} "

@@ -27,8 +27,12 @@ values = field(sensors[None, None], t, phases)[..., None]  # [traj, time, sensor
 observed = jax.random.bernoulli(jax.random.key(2), 0.7, values.shape[:3])
 values = jnp.where(observed[..., None], values, jnp.nan)  # missing readings
 
-model = kp.Merlin(2, 1, n_cond=2, n_tokens=4, token_dim=4, width=32, heads=2, hidden=32,
-                  n_layers=2, input_scale=16.0, key=jax.random.key(3))
+config = kp.MerlinConfig(  # the model's sizes, in one place
+    n_cond=2,
+    encoder=kp.EncoderConfig(n_tokens=4, token_dim=4, width=32, heads=2),
+    decoder=kp.DecoderConfig(hidden=32, n_layers=2, input_scale=16.0),
+)
+model = kp.Merlin(2, 1, config, key=jax.random.key(3))
 train, test = slice(0, 20), slice(20, None)
 model, _ = kp.train_phase1(model, sensors, values[train], jax.random.key(4),
                            kp.Phase1Config(steps=300, batch_size=4, window=6, lr=3e-3),

@@ -31,29 +31,38 @@ Measured (``metrics.json``):
   autoencoder error (every test frame encoded and decoded, no dynamics).
 
 The ``masked`` and ``superres`` entries have the extra horizon ``0`` (the
-reconstruction of the first encoded frame).
+reconstruction of the first encoded frame). The claims read flat numbers at the
+longest horizon (``rel_l2_memory_hmax_wave``, ...; NaN for a data set the config
+leaves out), computed in :func:`run`.
+
+Resume: each data set's MERLIN fit + evaluation, its DMD fit and its masked run are
+cells (``ctx.cell``), and the Phase-I / Phase-II trainings checkpoint through
+``core.fit`` (``ctx.checkpoint_dir``), so an interrupted
+``jaxsci reproduce koopman`` continues where it stopped.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 import warnings
-from pathlib import Path
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
 
-from jaxsci.core import Report
+from jaxsci.core import Claim, Context, Experiment, Metric
 from jaxsci.core.results import pyplot
 from jaxsci.core.validation import check_choice, check_int, check_scalar
 from jaxsci.data import pde
 from jaxsci.dynamics import koopman as kp
 
-__all__ = ["KoopmanConfig", "CONFIGS", "METRIC_KEYS", "run", "dmd_forecast"]
+__all__ = [
+    "KoopmanConfig", "CONFIGS", "METRICS", "CLAIMS", "EXPERIMENT", "run", "new_model",
+    "fit_merlin", "evaluate", "dmd_fit", "dmd_forecast", "dmd_select", "pod_compress",
+]
 
 DATASETS = ("wave", "navier_stokes")
 # Physical domain lengths of the generators (MERLIN's wave set lives on [-1, 1]^2,
@@ -68,20 +77,19 @@ class KoopmanConfig:
     n_test: int = 20
     n_grid: int = 32  # training resolution
     horizons: tuple[int, ...] = (1, 10, 50)
-    # Model (encoder/decoder sizes; the authors' NS run: 8 tokens x 16, decoder 128 x 4).
-    n_cond: int = 3  # authors: n_frames_cond 3
-    n_tokens: int = 8  # authors (NS): latent_tokens 8
-    token_dim: int = 8
-    width: int = 32
-    heads: int = 2
-    n_self_layers: int = 0
-    n_cross_layers: int = 1
-    n_freqs: int = 16
-    freq_scale: float = 4.0
-    rope: tuple[float, ...] = (8.0, 4.0, 2.0, 1.0)  # RoPE frequencies, cycles per unit
-    hidden: int = 64
-    n_layers: int = 3
-    input_scale: float = 32.0
+    # The model's sizes: one owner, the library's MerlinConfig (its defaults are the
+    # authors' NS run: 8 tokens x 16, n_cond 3). Quick: a 64-dimensional latent, a
+    # narrow encoder without self-attention, decoder bandwidth 32.
+    model: kp.MerlinConfig = kp.MerlinConfig(
+        n_cond=3,
+        encoder=kp.EncoderConfig(token_dim=8, width=32, heads=2, n_self_layers=0,
+                                 n_cross_layers=1),
+        decoder=kp.DecoderConfig(input_scale=32.0),
+    )
+    # Phase I is most of the quick run's time (the encoder over 7 x 1024 points per
+    # window). A trim to 150 Phase-I / 200 memory steps was measured and loses the
+    # Navier-Stokes ROM claim (memory 0.4644 vs linear 0.4624 at h = 50), so quick
+    # keeps 250 / 300 (docs/koopman.md, "Run time").
     phase1: kp.Phase1Config = kp.Phase1Config(
         steps=250, batch_size=4, window=5, lr=3e-3, n_query=256
     )
@@ -106,7 +114,7 @@ class KoopmanConfig:
     # those with dt = 0.01 over 50 time units (measured).
     ns_inner_dt: float = 0.1
 
-    def validate(self) -> KoopmanConfig:
+    def __post_init__(self):
         if not self.datasets:
             raise ValueError("datasets must be non-empty")
         for name in (*self.datasets, *self.masked_datasets, *self.superres_datasets):
@@ -119,8 +127,12 @@ class KoopmanConfig:
         check_int("n_grid", self.n_grid, min=4)
         if not self.horizons or min(self.horizons) < 1:
             raise ValueError(f"horizons must be non-empty and >= 1, got {self.horizons}")
-        check_int("n_cond", self.n_cond, min=1)
-        check_int("rom_dim", self.rom_dim, min=1, max=self.n_tokens * self.token_dim)
+        for name, cls in (("model", kp.MerlinConfig), ("phase1", kp.Phase1Config),
+                          ("memory", kp.MemoryConfig)):
+            if not isinstance(getattr(self, name), cls):
+                raise TypeError(f"{name} must be a {cls.__name__}, got "
+                                f"{type(getattr(self, name)).__name__}")
+        check_int("rom_dim", self.rom_dim, min=1, max=self.model.latent_dim)
         check_scalar("mask_fraction", self.mask_fraction, ge=0.0, lt=1.0)
         check_int("superres_factor", self.superres_factor, min=1)
         check_scalar("dmd_val_fraction", self.dmd_val_fraction, gt=0.0, lt=1.0)
@@ -132,13 +144,14 @@ class KoopmanConfig:
                 f"dmd_delays must be non-empty, each in [1, n_cond={self.n_cond}], "
                 f"got {self.dmd_delays}"
             )
-        self.phase1.validate()
-        self.memory.validate()
         if self.phase1.window + self.n_cond - 1 > self.n_snapshots:
             raise ValueError("phase1.window does not fit in a trajectory")
         if self.memory.horizon > self.n_snapshots - self.n_cond:
             raise ValueError("memory.horizon does not fit in a trajectory")
-        return self
+
+    @property
+    def n_cond(self) -> int:
+        return self.model.n_cond
 
     @property
     def n_snapshots(self) -> int:
@@ -146,12 +159,19 @@ class KoopmanConfig:
         return self.n_cond + max(self.horizons)
 
 
+def _tiny_model() -> kp.MerlinConfig:
+    return kp.MerlinConfig(
+        n_cond=2,
+        encoder=kp.EncoderConfig(n_tokens=2, token_dim=4, width=8, heads=1, n_self_layers=0,
+                                 n_cross_layers=1, n_freqs=4, rope=(4.0, 2.0)),
+        decoder=kp.DecoderConfig(hidden=8, n_layers=1, input_scale=16.0),
+    )
+
+
 CONFIGS = {
-    # Seconds: the wave set only (the quick config runs both).
+    # Seconds: the pipeline on both sets at 8 x 8.
     "smoke": KoopmanConfig(
-        datasets=("wave",), n_train=6, n_test=2, n_grid=8, horizons=(1, 3, 5), n_cond=2,
-        n_tokens=2, token_dim=4, width=8, heads=1, n_freqs=4, rope=(4.0, 2.0), hidden=8,
-        n_layers=1, input_scale=16.0,
+        n_train=6, n_test=2, n_grid=8, horizons=(1, 3, 5), model=_tiny_model(),
         phase1=kp.Phase1Config(steps=3, batch_size=2, window=3, n_query=32),
         memory=kp.MemoryConfig(memory_dim=4, hidden=8, steps=3, batch_size=4, horizon=3),
         rom_dim=2, dmd_ranks=(4,), dmd_delays=(1, 2), ns_inner_dt=0.1,
@@ -161,9 +181,13 @@ CONFIGS = {
     # The authors' sizes (NS script: 8 x 16 latent, decoder 128 x 4, 800 epochs over
     # 800 trajectories, memory 128): for a GPU.
     "full": KoopmanConfig(
-        n_train=800, n_test=200, n_grid=32, n_tokens=8, token_dim=16, width=128, heads=4,
-        n_self_layers=3, n_cross_layers=2, n_freqs=32, freq_scale=4.0, hidden=128,
-        n_layers=3,
+        n_train=800, n_test=200, n_grid=32,
+        model=kp.MerlinConfig(
+            n_cond=3,
+            encoder=kp.EncoderConfig(n_tokens=8, token_dim=16, width=128, heads=4,
+                                     n_self_layers=3, n_cross_layers=2, n_freqs=32),
+            decoder=kp.DecoderConfig(hidden=128, n_layers=3, input_scale=32.0),
+        ),
         phase1=kp.Phase1Config(steps=40_000, batch_size=16, window=8, n_query=0),
         memory=kp.MemoryConfig(memory_dim=128, hidden=512, steps=20_000, batch_size=32,
                                horizon=10),
@@ -171,19 +195,6 @@ CONFIGS = {
         dmd_ranks=(16, 32, 64, 128, 256), dmd_delays=(1, 3), ns_inner_dt=0.025,
     ),
 }
-
-METRIC_KEYS = (
-    "rollout_rel_l2_linear",
-    "rollout_rel_l2_memory",
-    "dmd_rel_l2",
-    "ratio_to_dmd",
-    "rel_l2_masked_50",
-    "rel_l2_superres",
-    "spectral_radius_A",
-    "rel_l2_reconstruction",
-    "rom_rel_l2_linear",
-    "rom_rel_l2_memory",
-)
 
 
 # --------------------------------------------------------------------------- data
@@ -320,14 +331,9 @@ def dmd_select(train: np.ndarray, config: KoopmanConfig, horizon: int):
 # --------------------------------------------------------------------------- MERLIN
 
 
-def _new_model(config: KoopmanConfig, key: jax.Array) -> kp.Merlin:
-    return kp.Merlin(
-        2, 1, n_cond=config.n_cond, n_tokens=config.n_tokens, token_dim=config.token_dim,
-        width=config.width, heads=config.heads, n_self_layers=config.n_self_layers,
-        n_cross_layers=config.n_cross_layers, n_freqs=config.n_freqs,
-        freq_scale=config.freq_scale, rope=config.rope, hidden=config.hidden,
-        n_layers=config.n_layers, input_scale=config.input_scale, key=key,
-    )
+def new_model(config: KoopmanConfig, key: jax.Array) -> kp.Merlin:
+    """A fresh MERLIN model for the 2-D scalar fields of the experiment (``config.model``)."""
+    return kp.Merlin(2, 1, config.model, key=key)
 
 
 @eqx.filter_jit
@@ -348,20 +354,31 @@ def decode_all(model, zs, coords, chunk: int = 64) -> np.ndarray:
     return np.asarray(_decode_flat(model, flat, coords, chunk)).reshape(*zs.shape[:-1], -1)
 
 
-def fit_merlin(config, key, coords, train, mask=None, progress=False):
-    """Phase I, global backbone, Phase II. ``train`` ``[b, t, n]`` normalised."""
+def fit_merlin(config, key, coords, train, mask=None, progress=False, ctx=None, tag=""):
+    """Phase I, global backbone, Phase II. ``train`` ``[b, t, n]`` normalised.
+
+    With a :class:`~jaxsci.core.Context` the two trainings checkpoint into
+    ``ctx.checkpoint_dir`` (stages ``phase1_<tag>``, ``memory_<tag>``), so an
+    interrupted CLI run resumes them.
+    """
     k_model, k_p1, k_mem = jax.random.split(key, 3)
-    model = _new_model(config, k_model)
+    model = new_model(config, k_model)
     vals = jnp.asarray(train)[..., None]
     mask = np.ones(train.shape, bool) if mask is None else mask
+
+    def ckpt(stage):
+        return None if ctx is None else str(ctx.checkpoint_dir(f"{stage}_{tag}"))
+
     t0 = time.perf_counter()
     model, losses = kp.train_phase1(model, coords, vals, k_p1, config.phase1, mask=mask,
-                                    progress=progress)
+                                    progress=progress, checkpoint_dir=ckpt("phase1"),
+                                    desc=f"{tag} encoder/decoder (Phase I)")
     latents = kp.encode_dataset(model, coords, vals, mask)
     backbone = kp.fit_global_backbone(latents, config.phase1.ridge)
     t1 = time.perf_counter()
     memory, mem_losses = kp.train_memory(backbone, latents, k_mem, config.memory,
-                                         progress=progress)
+                                         progress=progress, checkpoint_dir=ckpt("memory"),
+                                         desc=f"{tag} memory (Phase II)")
     t2 = time.perf_counter()
     return {
         "model": model, "backbone": backbone, "memory": memory, "latents": latents,
@@ -399,167 +416,231 @@ def evaluate(fitted, config, coords, test, mask=None):
     return fields, {"linear": lin, "memory": mem}
 
 
-def run(
-    config: KoopmanConfig, out_dir: str | Path, *, seed: int = 0, progress: bool = True
-) -> Report:
-    """Run the MERLIN reproduction and write metrics, figures and the report."""
-    config.validate()
-    check_int("seed", seed, min=0)
-    report = Report("koopman: MERLIN functional Koopman with memory, vs DMD", out_dir)
-    key = jax.random.key(seed)
-    t_start = time.perf_counter()
+SHORT = {"wave": "wave", "navier_stokes": "ns"}
+
+
+def _merlin_cell(config, name, k_fit, k_rom, coords, data, ctx) -> dict:
+    """MERLIN on one data set: fit, test rollouts, ROM, super-resolution (flat arrays)."""
+    train, test, test_raw, raw_fine, mu, sd = data
+    k_cond = config.n_cond
+    target = test_raw[:, k_cond - 1 :]
+    out: dict = {}
+    fitted = fit_merlin(config, k_fit, coords, train, progress=ctx.progress, ctx=ctx, tag=name)
+    out["t_phase1"], out["t_memory"] = fitted["phase1_time_s"], fitted["memory_time_s"]
+    fields, zs = evaluate(fitted, config, coords, test)
+    for kind, v in fields.items():
+        v = v * sd + mu
+        out[f"curve_{kind}"] = rel_l2(v, target).mean(0)
+        out[f"ex_{kind}"] = v[0]
+    out["ex_truth"] = target[0]
+    # Autoencoder error: every test frame encoded (with its n_cond - 1 predecessors)
+    # and decoded, no dynamics.
+    recon = decode_all(fitted["model"], _all_latents(fitted["model"], coords, test), coords)
+    out["recon"] = rel_l2(recon * sd + mu, target).mean()
+    spec = kp.spectrum(fitted["backbone"])
+    out["eig_real"], out["eig_imag"] = spec.real, spec.imag
+    out["phase1_loss"] = np.mean(fitted["phase1_losses"][-20:])
+    out["memory_loss"] = np.mean(fitted["memory_losses"][-20:])
+    # Reduced-order model on rom_dim POD modes of the training latents.
+    t0 = time.perf_counter()
+    rom = _rom(config, fitted, coords, test, k_rom, ctx, name)
+    for kind in ("linear", "memory"):
+        out[f"curve_rom_{kind}"] = rel_l2(rom[kind] * sd + mu, target).mean(0)
+    out["rom_energy"] = rom["energy"]
+    out["t_rom"] = time.perf_counter() - t0
+    # Super-resolution: decode the same rollouts on the fine grid.
+    if raw_fine is not None:
+        fine_coords = grid_coords(int(round(np.sqrt(raw_fine.shape[-1]))))
+        truth_fine = raw_fine[:, k_cond - 1 :]
+        sr = decode_all(fitted["model"], zs["memory"], fine_coords) * sd + mu
+        out["curve_superres"] = rel_l2(sr, truth_fine).mean(0)
+    return out
+
+
+def _dmd_cell(config, train, test, test_raw, mu, sd) -> dict:
+    """The PyDMD peer on the same normalised training snapshots (flat arrays)."""
     k_cond, hmax = config.n_cond, max(config.horizons)
-    m: dict = {key_: {} for key_ in METRIC_KEYS}
-    m["timings_s"] = {}
+    t0 = time.perf_counter()
+    choice = dmd_select(train, config, min(10, hmax))
+    t1 = time.perf_counter()
+    comp = pod_compress(train, choice["delay"], choice["centred"], choice["rank"])
+    fit = dmd_fit(train, choice["rank"], choice["delay"], choice["centred"], comp)
+    t2 = time.perf_counter()
+    pred = dmd_forecast(fit, test[:, :k_cond], hmax) * sd + mu
+    return {
+        "curve_dmd": rel_l2(pred, test_raw[:, k_cond - 1 :]).mean(0), "ex_dmd": pred[0],
+        "rank": choice["rank"], "delay": choice["delay"], "centred": choice["centred"],
+        "t_select": t1 - t0, "t_fit": t2 - t1,
+    }
+
+
+def _masked_cell(config, name, k_mask, k_fit, coords, data, shape, ctx) -> dict:
+    """A second model trained and tested with ``mask_fraction`` of the points missing."""
+    train, test, test_raw, _, mu, sd = data
+    masks = random_masks(k_mask, shape, config.mask_fraction)
+    mtrain, mtest = masks[: config.n_train], masks[config.n_train :]
+    t0 = time.perf_counter()
+    fm = fit_merlin(config, k_fit, coords, np.where(mtrain, train, np.nan), mtrain,
+                    ctx.progress, ctx, f"{name}_masked")
+    mf, _ = evaluate(fm, config, coords, np.where(mtest, test, np.nan), mtest)
+    target = test_raw[:, config.n_cond - 1 :]
+    out = {f"curve_{kind}": rel_l2(mf[kind] * sd + mu, target).mean(0) for kind in mf}
+    out["observed"] = masks.mean()
+    out["t"] = time.perf_counter() - t0
+    return out
+
+
+def _load(name, key, config):
+    """Normalised train/test fields ``[b, t, n]`` (and the fine-grid truth for
+    super-resolution), with the normalisation."""
+    fine = name in config.superres_datasets and config.superres_factor > 1
+    n_native = config.n_grid * (config.superres_factor if fine else 1)
+    raw = np.asarray(generate(name, key, config.n_train + config.n_test, n_native, config))
+    stride = n_native // config.n_grid
+    data = raw[..., ::stride, ::stride]
+    b, t = data.shape[:2]
+    data = data.reshape(b, t, -1)
+    train_raw, test_raw = data[: config.n_train], data[config.n_train :]
+    mu, sd = float(train_raw.mean()), float(train_raw.std())
+    raw_fine = raw[config.n_train :].reshape(config.n_test, t, -1) if fine else None
+    return data.shape, ((train_raw - mu) / sd, (test_raw - mu) / sd, test_raw, raw_fine, mu, sd)
+
+
+def run(config: KoopmanConfig, ctx: Context) -> dict:
+    """MERLIN and the DMD peer on each data set; returns the metrics (module docstring)."""
+    m: dict = {k: {} for k in ("rollout_rel_l2_linear", "rollout_rel_l2_memory", "dmd_rel_l2",
+                               "ratio_to_dmd", "rel_l2_masked_50", "rel_l2_masked_50_linear",
+                               "rel_l2_superres", "rel_l2_superres_coarse_reference",
+                               "spectral_radius_A", "rel_l2_reconstruction",
+                               "rom_rel_l2_linear", "rom_rel_l2_memory", "eigenvalues_A",
+                               "phase1_final_loss", "memory_final_loss",
+                               "rom_energy_fraction", "dmd_config",
+                               "masked_fraction_observed", "timings_s")}
     curves: dict = {}
     spectra: dict = {}
     examples: dict = {}
-    steps = len(config.datasets) * 3 + len(config.masked_datasets)
-    bar = tqdm(total=steps, desc="koopman", disable=not progress, leave=False)
+    stages = len(config.datasets) * 3 + len(config.masked_datasets)
+    bar = ctx.bar(total=stages, desc="koopman: data sets x stages")
+    coords = grid_coords(config.n_grid)
     for i, name in enumerate(config.datasets):
-        kd = jax.random.fold_in(key, i)
-        k_data, k_fit, k_mask, k_rom, k_mfit = jax.random.split(kd, 5)
-        fine = name in config.superres_datasets and config.superres_factor > 1
-        n_native = config.n_grid * (config.superres_factor if fine else 1)
+        k_data, k_fit, k_mask, k_rom, k_mfit = jax.random.split(jax.random.fold_in(ctx.key, i), 5)
         bar.set_postfix(dataset=name, stage="data")
         t0 = time.perf_counter()
-        raw = np.asarray(
-            generate(name, k_data, config.n_train + config.n_test, n_native, config)
-        )
-        data = raw[..., :: n_native // config.n_grid, :: n_native // config.n_grid]
-        b, t = data.shape[:2]
-        data = data.reshape(b, t, -1)
+        shape, data = _load(name, k_data, config)
         m["timings_s"][f"data_{name}"] = time.perf_counter() - t0
-        train_raw, test_raw = data[: config.n_train], data[config.n_train :]
-        mu, sd = float(train_raw.mean()), float(train_raw.std())
-        train, test = (train_raw - mu) / sd, (test_raw - mu) / sd
-        coords = grid_coords(config.n_grid)
         bar.update()
-
-        # MERLIN: Phase I + II on the full grid.
         bar.set_postfix(dataset=name, stage="merlin")
-        fitted = fit_merlin(config, k_fit, coords, train, progress=progress)
-        m["timings_s"][f"phase1_{name}"] = fitted["phase1_time_s"]
-        m["timings_s"][f"memory_{name}"] = fitted["memory_time_s"]
-        fields, zs = evaluate(fitted, config, coords, test)
-        fields = {kk: v * sd + mu for kk, v in fields.items()}
-        target = test_raw[:, k_cond - 1 :]
-        errs = {kk: rel_l2(v, target) for kk, v in fields.items()}
-        curves[name] = {kk: v.mean(0) for kk, v in errs.items()}
-        # Autoencoder error: every test frame encoded (with its n_cond - 1 predecessors)
-        # and decoded, no dynamics.
-        recon = decode_all(fitted["model"], _all_latents(fitted["model"], coords, test), coords)
-        m["rel_l2_reconstruction"][name] = float(rel_l2(recon * sd + mu, target).mean())
-        for kind in ("linear", "memory"):
-            m[f"rollout_rel_l2_{kind}"][name] = _at(curves[name][kind], config.horizons)
-        spec = kp.spectrum(fitted["backbone"])
-        spectra[name] = spec
-        m["spectral_radius_A"][name] = float(np.abs(spec).max())
-        m.setdefault("eigenvalues_A", {})[name] = {"real": spec.real, "imag": spec.imag}
-        m.setdefault("phase1_final_loss", {})[name] = float(np.mean(fitted["phase1_losses"][-20:]))
-        m.setdefault("memory_final_loss", {})[name] = float(np.mean(fitted["memory_losses"][-20:]))
-
-        # Reduced-order model on rom_dim POD modes of the training latents.
-        bar.set_postfix(dataset=name, stage="rom")
-        rom = _rom(config, fitted, coords, test, k_rom)
-        for kind in ("linear", "memory"):
-            e = rel_l2(rom[kind] * sd + mu, target).mean(0)
-            m[f"rom_rel_l2_{kind}"][name] = _at(e, config.horizons)
-            curves[name][f"rom_{kind}"] = e
-        m.setdefault("rom_energy_fraction", {})[name] = rom["energy"]
-
-        # Super-resolution: decode the same rollouts on the fine grid.
-        if fine:
-            fine_coords = grid_coords(n_native)
-            truth_fine = raw[config.n_train :].reshape(config.n_test, t, -1)[:, k_cond - 1 :]
-            sr = decode_all(fitted["model"], zs["memory"], fine_coords) * sd + mu
-            e = rel_l2(sr, truth_fine).mean(0)
-            m["rel_l2_superres"][name] = _at(e, (0, *config.horizons))
-            # The coarse-grid error of the same rollouts, for comparison.
-            m.setdefault("rel_l2_superres_coarse_reference", {})[name] = _at(
-                curves[name]["memory"], (0, *config.horizons)
-            )
+        c = ctx.cell(f"merlin/{name}", functools.partial(_merlin_cell, config, name, k_fit,
+                                                          k_rom, coords, data, ctx))
         bar.update()
-
-        # DMD peer on the same normalised training snapshots.
         bar.set_postfix(dataset=name, stage="dmd")
-        t0 = time.perf_counter()
-        choice = dmd_select(train, config, min(10, hmax))
-        t1 = time.perf_counter()
-        comp = pod_compress(train, choice["delay"], choice["centred"], choice["rank"])
-        fit = dmd_fit(train, choice["rank"], choice["delay"], choice["centred"], comp)
-        t2 = time.perf_counter()
-        dmd_pred = dmd_forecast(fit, test[:, :k_cond], hmax) * sd + mu
-        e = rel_l2(dmd_pred, target).mean(0)
-        curves[name]["dmd"] = e
-        m["dmd_rel_l2"][name] = _at(e, config.horizons)
-        m.setdefault("dmd_config", {})[name] = choice
-        m["timings_s"][f"dmd_select_{name}"] = t1 - t0
-        m["timings_s"][f"dmd_fit_{name}"] = t2 - t1
+        train, test, test_raw, _, mu, sd = data
+        d = ctx.cell(f"dmd/{name}", functools.partial(_dmd_cell, config, train, test,
+                                                      test_raw, mu, sd))
+        bar.update()
+        for stage in ("phase1", "memory", "rom"):
+            m["timings_s"][f"{stage}_{name}"] = float(c[f"t_{stage}"])
+        m["timings_s"][f"dmd_select_{name}"] = float(d["t_select"])
+        m["timings_s"][f"dmd_fit_{name}"] = float(d["t_fit"])
+        curves[name] = {"linear": c["curve_linear"], "memory": c["curve_memory"],
+                        "rom_linear": c["curve_rom_linear"],
+                        "rom_memory": c["curve_rom_memory"], "dmd": d["curve_dmd"]}
+        for kind in ("linear", "memory"):
+            m[f"rollout_rel_l2_{kind}"][name] = _at(c[f"curve_{kind}"], config.horizons)
+            m[f"rom_rel_l2_{kind}"][name] = _at(c[f"curve_rom_{kind}"], config.horizons)
+        m["dmd_rel_l2"][name] = _at(d["curve_dmd"], config.horizons)
         m["ratio_to_dmd"][name] = {
             str(h): m["rollout_rel_l2_memory"][name][str(h)] / m["dmd_rel_l2"][name][str(h)]
             for h in config.horizons
         }
-        bar.update()
-        examples[name] = {
-            "truth": target[0], "linear": fields["linear"][0], "memory": fields["memory"][0],
-            "dmd": dmd_pred[0], "n": config.n_grid,
-        }
-
-        # Masked: train and test with mask_fraction of the points missing per snapshot.
+        m["dmd_config"][name] = {"rank": int(d["rank"]), "delay": int(d["delay"]),
+                                 "centred": bool(d["centred"])}
+        spec = c["eig_real"] + 1j * c["eig_imag"]
+        spectra[name] = spec
+        m["spectral_radius_A"][name] = float(np.abs(spec).max())
+        m["eigenvalues_A"][name] = {"real": c["eig_real"], "imag": c["eig_imag"]}
+        m["rel_l2_reconstruction"][name] = float(c["recon"])
+        m["phase1_final_loss"][name] = float(c["phase1_loss"])
+        m["memory_final_loss"][name] = float(c["memory_loss"])
+        m["rom_energy_fraction"][name] = float(c["rom_energy"])
+        if "curve_superres" in c:
+            m["rel_l2_superres"][name] = _at(c["curve_superres"], (0, *config.horizons))
+            # The coarse-grid error of the same rollouts, for comparison.
+            m["rel_l2_superres_coarse_reference"][name] = _at(c["curve_memory"],
+                                                              (0, *config.horizons))
+        examples[name] = {"truth": c["ex_truth"], "linear": c["ex_linear"],
+                          "memory": c["ex_memory"], "dmd": d["ex_dmd"], "n": config.n_grid}
         if name in config.masked_datasets:
             bar.set_postfix(dataset=name, stage="masked")
-            masks = random_masks(k_mask, data.shape, config.mask_fraction)
-            mtrain, mtest = masks[: config.n_train], masks[config.n_train :]
-            t0 = time.perf_counter()
-            fm = fit_merlin(
-                config, k_mfit, coords, np.where(mtrain, train, np.nan), mtrain, progress
-            )
-            mf, _ = evaluate(fm, config, coords, np.where(mtest, test, np.nan), mtest)
-            m["timings_s"][f"masked_{name}"] = time.perf_counter() - t0
-            for kind in ("linear", "memory"):
-                e = rel_l2(mf[kind] * sd + mu, target).mean(0)
-                key_ = "rel_l2_masked_50" if kind == "memory" else "rel_l2_masked_50_linear"
-                m.setdefault(key_, {})[name] = _at(e, (0, *config.horizons))
-            m.setdefault("masked_fraction_observed", {})[name] = float(masks.mean())
+            mk = ctx.cell(f"masked/{name}", functools.partial(
+                _masked_cell, config, name, k_mask, k_mfit, coords, data, shape, ctx))
+            m["timings_s"][f"masked_{name}"] = float(mk["t"])
+            m["rel_l2_masked_50"][name] = _at(mk["curve_memory"], (0, *config.horizons))
+            m["rel_l2_masked_50_linear"][name] = _at(mk["curve_linear"], (0, *config.horizons))
+            m["masked_fraction_observed"][name] = float(mk["observed"])
             bar.update()
     bar.close()
-
-    m["timings_s"]["total"] = time.perf_counter() - t_start
+    m.update(_claim_metrics(config, m))
     m["horizons"] = list(config.horizons)
     m["error_curves"] = curves
-    m["config"] = dataclasses.asdict(config)
-    m["seed"] = seed
-    report.metrics = m
-    report.add_figure(
+    ctx.report.add_figure(
         plot_snapshots(examples, config), "snapshots.png",
         "One test trajectory per data set: truth, MERLIN linear and memory rollouts and DMD "
-        "at the horizons.",
+        "at the horizons (colour: the field, in the data set's units).",
     )
-    report.add_figure(
+    ctx.report.add_figure(
         plot_errors(curves), "error_vs_horizon.png",
         "Mean relative L2 error over the test trajectories vs rollout horizon.",
     )
-    report.add_figure(
+    ctx.report.add_figure(
         plot_spectra(spectra), "eigenvalues.png",
         "Eigenvalues of the learned Koopman matrix A with the unit circle.",
     )
-    report.add_text(summary_markdown(config, m))
-    report.write()
-    return report
+    ctx.report.add_text(summary_markdown(config, m))
+    return m
+
+
+def _claim_metrics(config: KoopmanConfig, m: dict) -> dict:
+    """The flat numbers the claims read, at the longest horizon (NaN: not run)."""
+    h = str(max(config.horizons))
+    nan = float("nan")
+    out = {}
+    for name, short in SHORT.items():
+        ran = name in config.datasets
+
+        def get(key, name=name, ran=ran):
+            return m[key][name][h] if ran else nan
+
+        out[f"rel_l2_linear_hmax_{short}"] = get("rollout_rel_l2_linear")
+        out[f"rel_l2_memory_hmax_{short}"] = get("rollout_rel_l2_memory")
+        out[f"rom_rel_l2_linear_hmax_{short}"] = get("rom_rel_l2_linear")
+        out[f"rom_rel_l2_memory_hmax_{short}"] = get("rom_rel_l2_memory")
+        out[f"dmd_rel_l2_hmax_{short}"] = get("dmd_rel_l2")
+        out[f"spectral_radius_{short}"] = m["spectral_radius_A"][name] if ran else nan
+    w = "wave"
+    out["superres_over_coarse_hmax_wave"] = (
+        m["rel_l2_superres"][w][h] / m["rel_l2_superres_coarse_reference"][w][h]
+        if w in m["rel_l2_superres"] else nan)
+    out["masked_over_full_hmax_wave"] = (
+        m["rel_l2_masked_50"][w][h] / m["rollout_rel_l2_memory"][w][h]
+        if w in m["rel_l2_masked_50"] else nan)
+    return out
 
 
 def _at(curve: np.ndarray, horizons) -> dict:
     return {str(h): float(curve[h]) for h in horizons}
 
 
-def _rom(config, fitted, coords, test, key):
+def _rom(config, fitted, coords, test, key, ctx=None, tag=""):
     """ROM: roll out in the rom_dim leading POD coordinates of the training latents."""
     model, backbone, latents = fitted["model"], fitted["backbone"], fitted["latents"]
     basis, centre, s = kp.pod_basis(latents, config.rom_dim)
     red = kp.reduce(backbone, basis, centre)
     w_train = kp.project(latents, basis, centre)
-    memory, _ = kp.train_memory(red, w_train, key, config.memory)
+    ckpt = None if ctx is None else str(ctx.checkpoint_dir(f"rom_memory_{tag}"))
+    memory, _ = kp.train_memory(red, w_train, key, config.memory, progress=ctx is not None
+                                and ctx.progress, checkpoint_dir=ckpt,
+                                desc=f"{tag} ROM memory (Phase II, {config.rom_dim} modes)")
     hmax = max(config.horizons)
     w0 = kp.project(_initial_latents(model, coords, test), basis, centre)
     lin, mem = _rollouts(red, memory, w0, hmax)
@@ -575,28 +656,34 @@ def _rom(config, fitted, coords, test, key):
 # --------------------------------------------------------------------------- figures
 
 
+_FIELD = {"wave": "displacement u", "navier_stokes": "vorticity w"}
+_DT = {"wave": 0.25, "navier_stokes": 1.0}  # time between frames (generators' units)
+_ORIGIN = {"wave": -1.0, "navier_stokes": 0.0}
+
+
 def plot_snapshots(examples: dict, config: KoopmanConfig):
     plt = pyplot()
     hs = (0, *config.horizons)
     rows = [(name, kind) for name in examples for kind in ("truth", "linear", "memory", "dmd")]
     fig, axes = plt.subplots(
-        len(rows), len(hs), figsize=(1.8 * len(hs), 1.8 * len(rows)), squeeze=False,
+        len(rows), len(hs), figsize=(2.0 * len(hs) + 1.2, 2.0 * len(rows)), squeeze=False,
         constrained_layout=True,
     )
     for r, (name, kind) in enumerate(rows):
         ex = examples[name]
         n = ex["n"]
         lo, hi = float(ex["truth"].min()), float(ex["truth"].max())
+        x0, length = _ORIGIN.get(name, 0.0), _LENGTH.get(name, 1.0)
+        extent = (x0, x0 + length, x0, x0 + length)
         for c, h in enumerate(hs):
             ax = axes[r, c]
-            ax.imshow(ex[kind][h].reshape(n, n).T, origin="lower", cmap="RdBu_r", vmin=lo,
-                      vmax=hi)
-            ax.set_xticks([])
-            ax.set_yticks([])
-            if r == 0:
-                ax.set_title(f"h = {h}")
-            if c == 0:
-                ax.set_ylabel(f"{name}\n{kind}", fontsize=8)
+            im = ax.imshow(ex[kind][h].reshape(n, n).T, origin="lower", cmap="RdBu_r",
+                           vmin=lo, vmax=hi, extent=extent)
+            ax.set_title(f"{name} {kind}, h={h}", fontsize=7)
+            ax.set_xlabel("x", fontsize=7, labelpad=1)
+            ax.set_ylabel("y", fontsize=7, labelpad=1)
+            ax.tick_params(labelsize=6, length=2)
+        fig.colorbar(im, ax=axes[r, :], shrink=0.9, label=_FIELD.get(name, "u"))
     return fig
 
 
@@ -611,9 +698,9 @@ def plot_errors(curves: dict):
             if kind in c:
                 e = np.asarray(c[kind])
                 ax.semilogy(np.arange(1, e.size), e[1:], color=color, ls=ls, label=kind)
-        ax.set_xlabel("horizon (steps)")
-        ax.set_ylabel("relative L2 error")
-        ax.set_title(name)
+        ax.set_xlabel(f"horizon h (steps of {_DT.get(name, 1.0):g} time units)")
+        ax.set_ylabel("relative L2 error (mean over test trajectories)")
+        ax.set_title(f"{name}: rollout error vs horizon")
         ax.legend(fontsize=8)
     return fig
 
@@ -624,12 +711,13 @@ def plot_spectra(spectra: dict):
                              constrained_layout=True)
     th = np.linspace(0, 2 * np.pi, 400)
     for ax, (name, eig) in zip(axes[0], spectra.items(), strict=True):
-        ax.plot(np.cos(th), np.sin(th), "k-", lw=0.8)
-        ax.scatter(eig.real, eig.imag, s=14, c="C3")
+        ax.plot(np.cos(th), np.sin(th), "k-", lw=0.8, label="unit circle")
+        ax.scatter(eig.real, eig.imag, s=14, c="C3", label="eigenvalues of A")
+        ax.legend(fontsize=7, loc="lower left")
         ax.set_aspect("equal")
         ax.set_title(f"{name}: rho(A) = {np.abs(eig).max():.4f}")
-        ax.set_xlabel("Re")
-        ax.set_ylabel("Im")
+        ax.set_xlabel("Re lambda (per step)")
+        ax.set_ylabel("Im lambda (per step)")
     return fig
 
 
@@ -667,5 +755,111 @@ def summary_markdown(config: KoopmanConfig, m: dict) -> str:
             f"(same rollouts on the training grid: "
             f"{fmt(m['rel_l2_superres_coarse_reference'][name])})"
         )
-    out.append(f"- wall time {m['timings_s']['total']:.1f} s")
     return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------- protocol
+
+_PER_SET = "{name}: mean over test trajectories at the longest horizon (NaN if not run)"
+
+METRICS = (
+    Metric("rollout_rel_l2_linear", "MERLIN linear backbone, relative L2 error "
+           "{data set: {horizon: error}}", better="lower"),
+    Metric("rollout_rel_l2_memory", "MERLIN with the Mori-Zwanzig memory, relative L2 error "
+           "{data set: {horizon: error}}", better="lower"),
+    Metric("dmd_rel_l2", "PyDMD (best validated rank/delay/centring), relative L2 error "
+           "{data set: {horizon: error}}", better="lower"),
+    Metric("ratio_to_dmd", "MERLIN + memory error / DMD error {data set: {horizon: ratio}}",
+           better="lower"),
+    Metric("rel_l2_masked_50", "trained and tested with mask_fraction of the points missing "
+           "per snapshot, with memory {data set: {horizon: error}} (horizon 0: reconstruction)",
+           better="lower"),
+    Metric("rel_l2_superres", "trained at n_grid, decoded superres_factor times finer vs the "
+           "fine truth {data set: {horizon: error}}", better="lower"),
+    Metric("spectral_radius_A", "max |eigenvalue| of the learned Koopman matrix A "
+           "{data set: radius}"),
+    Metric("rel_l2_reconstruction", "autoencoder error, every test frame encoded and decoded "
+           "{data set: error}", better="lower"),
+    Metric("rom_rel_l2_linear", "reduced-order model on rom_dim POD modes, linear "
+           "{data set: {horizon: error}}", better="lower"),
+    Metric("rom_rel_l2_memory", "reduced-order model with a memory in the reduced "
+           "coordinates {data set: {horizon: error}}", better="lower"),
+    *(Metric(f"{kind}_hmax_{short}", _PER_SET.format(name=f"{what}, {name}"), better="lower",
+             finite=False)
+      for name, short in SHORT.items()
+      for kind, what in (("rel_l2_linear", "linear backbone"),
+                         ("rel_l2_memory", "with memory"),
+                         ("rom_rel_l2_linear", "ROM, linear"),
+                         ("rom_rel_l2_memory", "ROM with memory"),
+                         ("dmd_rel_l2", "PyDMD"))),
+    *(Metric(f"spectral_radius_{short}", f"{name}: max |eigenvalue| of A (NaN if not run)",
+             finite=False) for name, short in SHORT.items()),
+    Metric("superres_over_coarse_hmax_wave", "wave, longest horizon: error decoded on the fine "
+           "grid / error of the same rollouts on the training grid (NaN if not run)",
+           finite=False),
+    Metric("masked_over_full_hmax_wave", "wave, longest horizon: error of the model trained "
+           "and tested with half the points missing / the full-grid model's (NaN if not run)",
+           finite=False),
+)
+
+_SCALE_NOTE = (
+    "Quick: 250 Phase-I steps on 80 trajectories on 2 CPU cores; the paper trains 800 "
+    "epochs on 800 trajectories on a GPU (the full config has the authors' sizes).")
+
+CLAIMS = (
+    Claim("memory_lowers_long_horizon_error_wave",
+          "the Mori-Zwanzig memory lowers the long-horizon rollout error of the linear "
+          "backbone (wave)",
+          "rel_l2_memory_hmax_wave < rel_l2_linear_hmax_wave"),
+    Claim("memory_lowers_long_horizon_error_ns",
+          "the Mori-Zwanzig memory lowers the long-horizon rollout error of the linear "
+          "backbone (Navier-Stokes)",
+          "rel_l2_memory_hmax_ns < rel_l2_linear_hmax_ns"),
+    Claim("memory_lowers_rom_error_wave",
+          "the memory also lowers the long-horizon error of the reduced-order model (wave)",
+          "rom_rel_l2_memory_hmax_wave < rom_rel_l2_linear_hmax_wave"),
+    Claim("memory_lowers_rom_error_ns",
+          "the memory also lowers the long-horizon error of the reduced-order model "
+          "(Navier-Stokes)",
+          "rom_rel_l2_memory_hmax_ns < rom_rel_l2_linear_hmax_ns"),
+    Claim("koopman_operator_stable",
+          "the learned linear Koopman operator is (near-)stable: no eigenvalue far outside "
+          "the unit circle",
+          "max(spectral_radius_wave, spectral_radius_ns) < 1.05",
+          note="1.05 is our bound (a 50-step rollout of a larger radius blows up by "
+               "1.05^50 = 11x); the paper gives no number."),
+    Claim("resolution_free_decoding",
+          "the decoder reconstructs fields at unseen resolutions: decoded twice finer, the "
+          "error against the fine truth is that on the training grid",
+          "superres_over_coarse_hmax_wave < 1.1",
+          note="Our 10% tolerance; the fields are smooth at this scale, so the error is the "
+               "model's, not the resolution's."),
+    Claim("partial_observations",
+          "from partial observations (half the points missing at random in every snapshot, "
+          "training and test) the forecast error stays within 1.5x of the full-grid model's",
+          "masked_over_full_hmax_wave < 1.5",
+          note="The 1.5x bound is ours (the paper reports robustness without this number)."),
+    Claim("beats_dmd_ns",
+          "MERLIN with memory beats DMD on the same data at the long horizon (Navier-Stokes)",
+          "rel_l2_memory_hmax_ns < dmd_rel_l2_hmax_ns",
+          note="Holds at the long horizon only: at quick (seed 0) 0.40 vs 0.58 at h = 50, "
+               "a tie at h = 10 (0.24 vs 0.23) and a loss at h = 1 (0.50 vs 0.25)."),
+    Claim("beats_dmd_wave",
+          "MERLIN with memory beats DMD on the same data at the long horizon (wave)",
+          "rel_l2_memory_hmax_wave < dmd_rel_l2_hmax_wave", scale="full",
+          note=_SCALE_NOTE + " A known gap: the wave equation is linear, so delay-embedded "
+               "DMD of rank 64 is close to exact (error ~0.07 at h = 50), while the "
+               "encoder/decoder at this budget reconstructs with ~36% error, which bounds "
+               "every MERLIN number; 4x the Phase-I steps does not close it."),
+)
+
+EXPERIMENT = Experiment(
+    name="koopman",
+    title="MERLIN functional Koopman with memory, vs DMD",
+    paper=("W. Lu, H. Ma, W. Lin, Q. Zhu, \"Interpretable Functional Koopman Learning with "
+           "Non-Markovian Closure for Spatiotemporal Systems\" (MERLIN), ICML 2026"),
+    configs=CONFIGS,
+    metrics=METRICS,
+    claims=CLAIMS,
+    run=run,
+)

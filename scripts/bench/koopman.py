@@ -14,8 +14,9 @@ error = mean relative L2 at horizon 10.
   threads (best reported), and the same fit in POD coordinates (what the experiment
   runs: identical operator, see ``jaxsci.experiments.koopman.dmd_fit``).
 * jaxsci: Phase I (``train_phase1``), the global backbone and Phase II
-  (``train_memory``) with the quick config. Fit time is wall time including
-  compilation; the training step is also timed alone: a jitted
+  (``train_memory``) with the quick config (model sizes: ``C.model``, a
+  ``koopman.MerlinConfig``; the model from the experiment's public ``new_model``).
+  Fit time is wall time including compilation; the training step is also timed alone: a jitted
   ``value_and_grad`` of the Phase-I loss on one batch, first call (compile + run)
   and the mean of 10 further calls.
 
@@ -58,7 +59,7 @@ def pydmd_run(train, test, compressed, threads):
 
 
 def step_timing(coords, train):
-    model = ke._new_model(C, jax.random.key(1))
+    model = ke.new_model(C, jax.random.key(1))
     b, w = C.phase1.batch_size, C.phase1.window + C.n_cond - 1
     vals = jnp.asarray(train[:b, :w])[..., None]
     mask = jnp.ones(vals.shape[:3], bool)

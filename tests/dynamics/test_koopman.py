@@ -7,9 +7,11 @@ import pytest
 from jaxsci.dynamics import koopman as kp
 
 # One tiny model for the whole module: d = 2 tokens x 4 = 8.
-SIZES = dict(
-    n_cond=2, n_tokens=2, token_dim=4, width=8, heads=1, n_self_layers=1, n_cross_layers=1,
-    n_freqs=4, freq_scale=1.0, rope=(2.0, 1.0), hidden=8, n_layers=1, input_scale=8.0,
+CONFIG = kp.MerlinConfig(
+    n_cond=2,
+    encoder=kp.EncoderConfig(n_tokens=2, token_dim=4, width=8, heads=1, n_self_layers=1,
+                             n_cross_layers=1, n_freqs=4, freq_scale=1.0, rope=(2.0, 1.0)),
+    decoder=kp.DecoderConfig(hidden=8, n_layers=1, input_scale=8.0),
 )
 
 
@@ -24,7 +26,7 @@ def smooth_field(xy, phase=0.0):
 
 @pytest.fixture(scope="module")
 def model():
-    return kp.Merlin(2, 1, key=jax.random.key(0), **SIZES)
+    return kp.Merlin(2, 1, CONFIG, key=jax.random.key(0))
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +36,7 @@ def encode(model):
     jitted = eqx.filter_jit(lambda c, v, m: model.encoder(c, v, m))
 
     def call(c, v, m=None):
-        return jitted(c, v, kp.encoder.point_mask(m, c.shape[0], v.shape[1]))
+        return jitted(c, v, kp.point_mask(m, c.shape[0], v.shape[1]))
 
     return call
 
@@ -239,39 +241,42 @@ def _perturbed(mem, key):
     return eqx.combine(jax.tree_util.tree_unflatten(tree, leaves), mem)
 
 
-def test_rollout_jit_vmap_grad(memories):
-    bb, leaky, _ = memories
-    mem = _perturbed(leaky, jax.random.key(14))
-    z0s = jax.random.normal(jax.random.key(15), (3, 4))
-    f = lambda m, z: kp.rollout(bb, z, 8, m)
-    eager = f(mem, z0s[0])
-    assert not np.allclose(np.asarray(eager), np.asarray(kp.rollout_linear(bb, z0s[0], 8)))
-    jitted = eqx.filter_jit(f)(mem, z0s[0])
-    np.testing.assert_allclose(np.asarray(jitted), np.asarray(eager), atol=1e-5)
-    batched = jax.vmap(f, in_axes=(None, 0))(mem, z0s)
-    for i in range(3):
-        np.testing.assert_allclose(np.asarray(batched[i]), np.asarray(f(mem, z0s[i])), atol=1e-5)
-    # Gradient of the final state w.r.t. z0 and the gate, against central differences.
-    with jax.enable_x64(True):
-        m64 = jax.tree_util.tree_map(
-            lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x, mem
-        )
-        bb64 = kp.KoopmanBackbone(bb.A.astype(jnp.float64), bb.b.astype(jnp.float64))
-        z = z0s[0].astype(jnp.float64)
+class _Drift(kp.AbstractMemory):
+    """A user's memory: a constant drift ``c`` and a step counter as state."""
 
-        @jax.jit
-        def loss(gate, z):
-            m = eqx.tree_at(lambda m: m.raw_gate, m64, gate)
-            return jnp.sum(jnp.sin(kp.rollout(bb64, z, 8, m)[-1]))
+    c: jax.Array
+    centre: jax.Array
+    scale: jax.Array
 
-        g_gate, g_z = jax.jit(jax.grad(loss, argnums=(0, 1)))(m64.raw_gate, z)
-        eps = 1e-6
-        for i in range(4):
-            e = jnp.zeros(4, jnp.float64).at[i].set(eps)
-            fd_z = (loss(m64.raw_gate, z + e) - loss(m64.raw_gate, z - e)) / (2 * eps)
-            fd_g = (loss(m64.raw_gate + e, z) - loss(m64.raw_gate - e, z)) / (2 * eps)
-            assert float(g_z[i]) == pytest.approx(float(fd_z), rel=1e-5, abs=1e-8)
-            assert float(g_gate[i]) == pytest.approx(float(fd_g), rel=1e-5, abs=1e-8)
+    def __init__(self, c):
+        self.c = jnp.asarray(c)
+        self.centre, self.scale = jnp.zeros_like(self.c), jnp.ones_like(self.c)
+
+    def init(self, z0):
+        return jnp.zeros((), jnp.int32)
+
+    def correction(self, z, state):
+        return self.c, state + 1
+
+
+def test_a_user_memory_runs_through_the_shared_step(memories):
+    bb, leaky, window = memories
+    # One concrete step for every memory (the documented pattern).
+    assert kp.LeakyMemory.step is kp.AbstractMemory.step is kp.WindowMemory.step
+    c = jnp.array([0.1, 0.0, -0.2, 0.3])
+    drift = _Drift(c)
+    z0 = jnp.array([0.3, -1.0, 0.5, 2.0])
+    out = kp.rollout(bb, z0, 5, drift)
+    want = [z0]
+    for _ in range(5):
+        want.append(bb(want[-1]) + c)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(jnp.stack(want)), atol=1e-5)
+    z1, state, info = drift.step(bb, z0, drift.init(z0))
+    assert int(state) == 1 and np.allclose(np.asarray(info.correction), np.asarray(c))
+    assert isinstance(leaky.init(z0), kp.LeakyState)
+    assert isinstance(window.init(z0), kp.WindowState)
+    with pytest.raises(TypeError, match="abstract"):
+        kp.AbstractMemory()
 
 
 def test_memory_loss_is_zero_for_an_exact_linear_path_and_warm_state(memories):
@@ -315,11 +320,11 @@ def test_phase1_loss_ignores_masked_values_and_is_deterministic(model):
     assert np.isfinite(float(loss_a)) and set(aux) == {"rec", "dyn", "pred"}
     assert float(loss_b) == pytest.approx(float(loss_a), rel=1e-5)
     # Same key, same model; another key, another model.
-    again = kp.Merlin(2, 1, key=jax.random.key(0), **SIZES)
+    again = kp.Merlin(2, 1, CONFIG, key=jax.random.key(0))
     for x, y in zip(jax.tree_util.tree_leaves(model), jax.tree_util.tree_leaves(again),
                     strict=True):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-    other = kp.Merlin(2, 1, key=jax.random.key(1), **SIZES)
+    other = kp.Merlin(2, 1, CONFIG, key=jax.random.key(1))
     assert not np.allclose(np.asarray(other.decoder.latent_w), np.asarray(model.decoder.latent_w))
 
 
@@ -341,7 +346,13 @@ def test_train_memory_is_deterministic_and_lowers_its_loss(memories):
     with pytest.raises(ValueError, match="horizon 20 needs 21 latents"):
         kp.train_memory(bb, paths, jax.random.key(0), kp.MemoryConfig(horizon=20))
     with pytest.raises(ValueError, match="kind must be one of"):
-        kp.MemoryConfig(kind="lstm").validate()
+        kp.MemoryConfig(kind="lstm")
+    # Any AbstractMemory trains: here a given (non-default) initial module.
+    win = kp.WindowMemory(4, 2, hidden=8, depth=1, key=jax.random.key(21))
+    m3, l3 = kp.train_memory(bb, paths, jax.random.key(20), cfg, memory=win)
+    assert isinstance(m3, kp.WindowMemory) and l3[-5:].mean() < l3[:5].mean()
+    with pytest.raises(TypeError, match="memory must be an AbstractMemory"):
+        kp.train_memory(bb, paths, jax.random.key(20), cfg, memory=bb)
 
 
 def test_training_helpers_validate_data(model):
@@ -357,3 +368,13 @@ def test_training_helpers_validate_data(model):
         kp.train_phase1(model, xy, vals, jax.random.key(0), kp.Phase1Config(window=8))
     with pytest.raises(ValueError, match="frames must have shape"):
         model.encode(xy, jnp.zeros((3, 16, 1)))
+
+
+def test_array_likes_are_accepted(model):
+    xy = grid(2)
+    frames = np.stack([np.sin(np.arange(4.0)), np.cos(np.arange(4.0))])[..., None]  # [2, 4, 1]
+    z = model.encode(xy.tolist(), frames.astype(np.float32).tolist())
+    np.testing.assert_allclose(np.asarray(z), np.asarray(model.encode(xy, jnp.asarray(
+        frames, jnp.float32))), atol=1e-6)
+    out = model.decode(np.asarray(z).tolist(), xy.tolist())
+    np.testing.assert_allclose(np.asarray(out), np.asarray(model.decode(z, xy)), atol=1e-6)

@@ -2,7 +2,7 @@ r"""MERLIN: functional Koopman learning with function encoders/decoders and memo
 
 Paper: W. Lu, H. Ma, W. Lin, Q. Zhu, "Interpretable Functional Koopman Learning
 with Non-Markovian Closure for Spatiotemporal Systems" (MERLIN), ICML 2026
-(abstract in ``shared/seeds/000_*.txt``; authors' PyTorch code RobinLufdu/MERLIN).
+(the authors' PyTorch code: RobinLufdu/MERLIN on GitHub).
 
 The state ``u_t`` of a PDE is lifted to learned observation functionals
 ``z_t = E(u_t)`` that evolve near-linearly,
@@ -12,20 +12,35 @@ The state ``u_t`` of a PDE is lifted to learned observation functionals
 with
 
 * :class:`FunctionEncoder` -- discretization-invariant: any set of observed
-  points (with a mask for missing ones) -> latent tokens (``encoder.py``);
+  points (with a mask for missing ones) -> latent tokens (``_encoder.py``);
 * :class:`FunctionDecoder` -- resolution-free: latent + any query points ->
   field values, a latent-modulated multiplicative Fourier filter network
-  (``decoder.py``);
+  (``_decoder.py``);
 * :class:`KoopmanBackbone` -- ``A, b`` by closed-form ridge regression on latent
   pairs with running sufficient statistics; its spectrum; the reduced-order
-  model on leading POD modes (``backbone.py``);
+  model on leading POD modes (``_backbone.py``);
 * :class:`LeakyMemory` / :class:`WindowMemory` -- the Mori-Zwanzig non-Markovian
-  correction, zero at initialisation (``memory.py``);
-* :class:`Merlin`, :func:`train_phase1` (training under linear constraints),
-  :func:`train_memory`, :func:`forecast` (``model.py``).
+  correction, zero at initialisation, final modules under :class:`AbstractMemory`
+  (``init`` / ``correction``, one shared ``step``; ``_memory.py``);
+* :class:`Merlin` (sizes in one :class:`MerlinConfig` nesting :class:`EncoderConfig`
+  and :class:`DecoderConfig`), :func:`train_phase1` (training under linear
+  constraints), :func:`train_memory`, :func:`forecast` (``_model.py``).
+
+Import every name from here (``from jaxsci.dynamics import koopman as kp``); the
+private submodules (``_encoder.py``, ...) are the implementation's layout.
+
+>>> import jax
+>>> from jaxsci.dynamics import koopman as kp
+>>> cfg = kp.MerlinConfig(n_cond=2, encoder=kp.EncoderConfig(n_tokens=2, token_dim=4,
+...     width=8, heads=1, rope=(2.0, 1.0)), decoder=kp.DecoderConfig(hidden=8, n_layers=1))
+>>> model = kp.Merlin(2, 1, cfg, key=jax.random.key(0))
+>>> xy = jax.random.uniform(jax.random.key(1), (16, 2))
+>>> z = model.encode(xy, jax.numpy.ones((2, 16, 1)))
+>>> model.decode(z, xy).shape
+(16, 1)
 """
 
-from jaxsci.dynamics.koopman.backbone import (
+from jaxsci.dynamics.koopman._backbone import (
     KoopmanBackbone,
     LinearStats,
     fit_backbone,
@@ -40,19 +55,30 @@ from jaxsci.dynamics.koopman.backbone import (
     spectrum,
     update_stats,
 )
-from jaxsci.dynamics.koopman.decoder import FunctionDecoder
-from jaxsci.dynamics.koopman.encoder import FunctionEncoder, GalerkinAttention
-from jaxsci.dynamics.koopman.memory import (
+from jaxsci.dynamics.koopman._decoder import DecoderConfig, FunctionDecoder
+from jaxsci.dynamics.koopman._encoder import (
+    EncoderConfig,
+    FunctionEncoder,
+    GalerkinAttention,
+    point_mask,
+    rotary,
+)
+from jaxsci.dynamics.koopman._memory import (
+    AbstractMemory,
     LeakyMemory,
+    LeakyState,
+    MemoryInfo,
     WindowMemory,
+    WindowState,
     latent_scale,
     memory_loss,
     rollout,
     warm_state,
 )
-from jaxsci.dynamics.koopman.model import (
+from jaxsci.dynamics.koopman._model import (
     MemoryConfig,
     Merlin,
+    MerlinConfig,
     Phase1Config,
     decode_latents,
     delay_embed,
@@ -66,9 +92,14 @@ from jaxsci.dynamics.koopman.model import (
 )
 
 __all__ = [
+    "EncoderConfig",
+    "DecoderConfig",
+    "MerlinConfig",
     "FunctionEncoder",
     "FunctionDecoder",
     "GalerkinAttention",
+    "point_mask",
+    "rotary",
     "KoopmanBackbone",
     "LinearStats",
     "init_stats",
@@ -82,8 +113,12 @@ __all__ = [
     "reduce",
     "project",
     "lift",
+    "AbstractMemory",
     "LeakyMemory",
+    "LeakyState",
     "WindowMemory",
+    "WindowState",
+    "MemoryInfo",
     "latent_scale",
     "memory_loss",
     "rollout",

@@ -136,9 +136,13 @@ def solve_backbone(
     """``[A b] = S_yx (S_xx + ridge I)^{-1}`` from mean statistics (lineax solve).
 
     ``bias=False`` fits ``z_{t+1} = A z_t`` (``b = 0``). ``ridge`` may be traced
-    (swept with ``vmap``); a concrete ``ridge = 0`` uses an SVD least-squares solve.
+    (swept with ``vmap``; a negative traced ridge raises inside jit through
+    ``equinox.error_if``); a concrete ``ridge = 0`` uses an SVD least-squares solve.
+    Differentiable in the statistics and in ``ridge``.
     """
     check_scalar("ridge", ridge, ge=0.0)
+    if isinstance(ridge, jax.core.Tracer):  # a swept ridge: checked where it runs
+        ridge = eqx.error_if(ridge, jnp.any(ridge < 0), "ridge must be >= 0")
     n = jnp.maximum(stats.count, 1.0)
     xx, yx = stats.xx / n, stats.yx / n
     if not bias:

@@ -24,7 +24,7 @@ accumulated over every latent pair of the training set (:func:`encode_dataset`,
 
 Phase II: with the encoder, decoder and ``A, b`` frozen, a memory module is
 trained on the latent trajectories (:func:`train_memory`,
-:func:`jaxsci.dynamics.koopman.memory.memory_loss`).
+:func:`jaxsci.dynamics.koopman.memory_loss`).
 
 Both phases run through :func:`jaxsci.core.train.fit` (one jitted optax step).
 The training set travels into the jitted step as an argument (an integer view of
@@ -45,16 +45,17 @@ from jaxtyping import Array, Bool, Float
 
 from jaxsci.core.train import TrainConfig, fit
 from jaxsci.core.validation import check_array, check_choice, check_int, check_key, check_scalar
-from jaxsci.dynamics.koopman.backbone import (
+from jaxsci.dynamics.koopman._backbone import (
     KoopmanBackbone,
     fit_backbone,
     init_stats,
     solve_backbone,
     update_stats,
 )
-from jaxsci.dynamics.koopman.decoder import FunctionDecoder
-from jaxsci.dynamics.koopman.encoder import FunctionEncoder
-from jaxsci.dynamics.koopman.memory import (
+from jaxsci.dynamics.koopman._decoder import DecoderConfig, FunctionDecoder
+from jaxsci.dynamics.koopman._encoder import EncoderConfig, FunctionEncoder
+from jaxsci.dynamics.koopman._memory import (
+    AbstractMemory,
     LeakyMemory,
     WindowMemory,
     latent_scale,
@@ -64,9 +65,11 @@ from jaxsci.dynamics.koopman.memory import (
 
 __all__ = [
     "Merlin",
+    "MerlinConfig",
     "Phase1Config",
     "MemoryConfig",
     "delay_embed",
+    "make_memory",
     "phase1_loss",
     "train_phase1",
     "encode_dataset",
@@ -77,18 +80,52 @@ __all__ = [
 ]
 
 
+@dataclasses.dataclass(frozen=True)
+class MerlinConfig:
+    """A MERLIN model's sizes: the delay ``n_cond``, the encoder's and the decoder's.
+
+    The one owner of these numbers: :class:`Merlin` reads them from here, and an
+    experiment config nests a ``MerlinConfig`` rather than re-declaring them.
+    ``n_cond = 3`` is the authors' (``n_frames_cond``): three frames give the latent
+    the time derivatives a second-order equation (the wave equation) needs.
+    """
+
+    n_cond: int = 3
+    encoder: EncoderConfig = EncoderConfig()
+    decoder: DecoderConfig = DecoderConfig()
+
+    def __post_init__(self):
+        check_int("n_cond", self.n_cond, min=1)
+        if not isinstance(self.encoder, EncoderConfig):
+            raise TypeError(f"encoder must be an EncoderConfig, got "
+                            f"{type(self.encoder).__name__}")
+        if not isinstance(self.decoder, DecoderConfig):
+            raise TypeError(f"decoder must be a DecoderConfig, got "
+                            f"{type(self.decoder).__name__}")
+
+    @property
+    def latent_dim(self) -> int:
+        return self.encoder.latent_dim
+
+
 class Merlin(eqx.Module):
     """Function encoder + function decoder over delay-stacked snapshots.
 
     ``encode(coords, frames, mask)`` maps the last ``n_cond`` snapshots
     (``frames`` ``[n_cond, n, c]``, oldest first) to ``z``; ``decode(z, coords)``
-    evaluates the field at any query points. The authors condition on
-    ``n_cond = 3`` frames, which gives the latent the time derivatives a
-    second-order equation (the wave equation) needs.
+    evaluates the field at any query points.
 
-    Encoder/decoder sizes are keyword arguments of :class:`FunctionEncoder` and
-    :class:`FunctionDecoder` (``n_tokens, token_dim, width, heads, n_self_layers,
-    n_cross_layers, n_freqs, freq_scale, rope`` and ``hidden, n_layers, input_scale``).
+    Args (construction):
+      coord_dim: spatial dimension of the points.
+      channels: field channels per point.
+      config: the sizes, a :class:`MerlinConfig` (encoder and decoder sizes nested).
+      key: PRNG key for the initial weights.
+
+    >>> import jax
+    >>> cfg = MerlinConfig(n_cond=2, encoder=EncoderConfig(n_tokens=2, token_dim=4,
+    ...     width=8, heads=1, rope=(2.0, 1.0)), decoder=DecoderConfig(hidden=8, n_layers=1))
+    >>> Merlin(2, 1, cfg, key=jax.random.key(0)).latent_dim
+    8
     """
 
     encoder: FunctionEncoder
@@ -100,36 +137,20 @@ class Merlin(eqx.Module):
         self,
         coord_dim: int,
         channels: int = 1,
+        config: MerlinConfig = MerlinConfig(),
         *,
-        n_cond: int = 3,
-        n_tokens: int = 8,
-        token_dim: int = 16,
-        width: int = 64,
-        heads: int = 4,
-        n_self_layers: int = 1,
-        n_cross_layers: int = 2,
-        n_freqs: int = 16,
-        freq_scale: float = 4.0,
-        rope: tuple[float, ...] = (8.0, 4.0, 2.0, 1.0),
-        hidden: int = 64,
-        n_layers: int = 3,
-        input_scale: float = 64.0,
         key: jax.Array,
     ):
-        check_int("n_cond", n_cond, min=1)
         check_int("channels", channels, min=1)
+        if not isinstance(config, MerlinConfig):
+            raise TypeError(f"config must be a MerlinConfig, got {type(config).__name__}")
         check_key("key", key)
         ke, kd = jax.random.split(key)
-        self.encoder = FunctionEncoder(
-            coord_dim, channels * n_cond, n_tokens=n_tokens, token_dim=token_dim, width=width,
-            heads=heads, n_self_layers=n_self_layers, n_cross_layers=n_cross_layers,
-            n_freqs=n_freqs, freq_scale=freq_scale, rope=rope, key=ke,
-        )
-        self.decoder = FunctionDecoder(
-            coord_dim, self.encoder.latent_dim, channels, hidden=hidden, n_layers=n_layers,
-            input_scale=input_scale, key=kd,
-        )
-        self.n_cond = n_cond
+        self.encoder = FunctionEncoder(coord_dim, channels * config.n_cond, config.encoder,
+                                       key=ke)
+        self.decoder = FunctionDecoder(coord_dim, self.encoder.latent_dim, channels,
+                                       config.decoder, key=kd)
+        self.n_cond = config.n_cond
         self.channels = channels
 
     @property
@@ -143,6 +164,8 @@ class Merlin(eqx.Module):
         mask: Bool[Array, "k n"] | Bool[Array, "k n c"] | None = None,
     ) -> Float[Array, " d"]:
         """Latent of the last ``n_cond`` snapshots (``frames[-1]`` is the current one)."""
+        coords, frames, mask = (x if x is None or hasattr(x, "shape") else jnp.asarray(x)
+                                for x in (coords, frames, mask))
         check_array("frames", frames, ndim=3, dtype="floating", finite=False)
         if frames.shape[0] != self.n_cond or frames.shape[2] != self.channels:
             raise ValueError(
@@ -279,7 +302,7 @@ class Phase1Config:
     n_query: int = 0
     cosine_decay: bool = True  # to 5% of lr; the authors offer OneCycle, cosine, step
 
-    def validate(self) -> Phase1Config:
+    def __post_init__(self):
         check_int("steps", self.steps, min=1)
         check_int("batch_size", self.batch_size, min=1)
         check_int("window", self.window, min=2)
@@ -288,7 +311,6 @@ class Phase1Config:
         check_scalar("lambda_dyn", self.lambda_dyn, ge=0.0)
         check_scalar("lambda_pred", self.lambda_pred, ge=0.0)
         check_int("n_query", self.n_query, min=0)
-        return self
 
 
 def _as_bits(x: Array) -> Array:
@@ -332,6 +354,7 @@ def train_phase1(
     mask: Bool[Array, "b t n"] | None = None,
     progress: bool = False,
     checkpoint_dir: str | None = None,
+    desc: str = "encoder/decoder (Phase I)",
 ) -> tuple[Merlin, np.ndarray]:
     """Train the encoder/decoder under linear constraints (:func:`phase1_loss`).
 
@@ -341,7 +364,8 @@ def train_phase1(
     start times, and ``n_query`` decoder target points. Returns the trained model
     and the per-step losses.
     """
-    config.validate()
+    if not isinstance(config, Phase1Config):
+        raise TypeError(f"config must be a Phase1Config, got {type(config).__name__}")
     check_key("key", key)
     _check_dataset(model.channels, coords, values, mask)
     n_traj, t, n, _ = values.shape
@@ -386,9 +410,11 @@ def train_phase1(
     tc = TrainConfig(
         steps=config.steps, progress=progress, log_every=max(1, min(100, config.steps)),
         checkpoint_every=config.steps if checkpoint_dir else 0, checkpoint_dir=checkpoint_dir,
+        desc=desc,
     )
     state, losses, _ = fit(
-        loss_fn, (model, data), optax.adam(sched), key, tc, batch_fn=batch_fn, has_aux=True
+        loss_fn, (model, data), optax.adam(sched), key, tc, batch_fn=batch_fn, has_aux=True,
+        full_history=checkpoint_dir is not None,
     )
     return state.params[0], losses
 
@@ -460,7 +486,7 @@ class MemoryConfig:
     lambda_residual: float = 1.0  # authors: lambda_residual 1.0
     lambda_corr: float = 0.01  # authors: lambda_corr 0.01
 
-    def validate(self) -> MemoryConfig:
+    def __post_init__(self):
         check_choice("kind", self.kind, ("leaky", "window"))
         check_int("memory_dim", self.memory_dim, min=1)
         check_int("hidden", self.hidden, min=1)
@@ -472,10 +498,21 @@ class MemoryConfig:
         check_scalar("lr", self.lr, gt=0.0)
         check_scalar("lambda_residual", self.lambda_residual, ge=0.0)
         check_scalar("lambda_corr", self.lambda_corr, ge=0.0)
-        return self
 
 
-def make_memory(config: MemoryConfig, latents, key):
+def make_memory(
+    config: MemoryConfig, latents: Float[Array, "... d"], key: jax.Array
+) -> AbstractMemory:
+    """The memory module ``config.kind`` names, standardised on ``latents``.
+
+    ``"leaky"`` gives a :class:`LeakyMemory`, ``"window"`` a :class:`WindowMemory`
+    (sizes from ``config``; centre and scale from :func:`latent_scale`). Build a
+    memory directly (or your own :class:`AbstractMemory`) and pass it to
+    :func:`train_memory` as ``memory=`` to train another one.
+    """
+    if not isinstance(config, MemoryConfig):
+        raise TypeError(f"config must be a MemoryConfig, got {type(config).__name__}")
+    check_key("key", key)
     centre, scale = latent_scale(latents)
     d = latents.shape[-1]
     if config.kind == "leaky":
@@ -495,13 +532,30 @@ def train_memory(
     key: jax.Array,
     config: MemoryConfig = MemoryConfig(),
     *,
+    memory: AbstractMemory | None = None,
     progress: bool = False,
-) -> tuple[LeakyMemory | WindowMemory, np.ndarray]:
+    checkpoint_dir: str | None = None,
+    desc: str = "memory (Phase II)",
+) -> tuple[AbstractMemory, np.ndarray]:
     """Phase II: fit a memory correction to the frozen ``backbone`` on latent trajectories.
 
     Each step draws ``batch_size`` segments of ``horizon + 1`` latents.
+
+    Args:
+      backbone: the frozen linear map (Phase I's global ``A, b``).
+      latents: ``[trajectories, time, d]`` training latents.
+      key: PRNG key (initial weights and batches).
+      config: the training settings (and, without ``memory``, the module's sizes).
+      memory: the initial memory to train (any :class:`AbstractMemory`); default
+        :func:`make_memory` of ``config``.
+      progress: show a progress bar.
+      checkpoint_dir: checkpoint there (at the end) and resume from it.
+
+    Returns:
+      ``(trained memory, per-step losses)``.
     """
-    config.validate()
+    if not isinstance(config, MemoryConfig):
+        raise TypeError(f"config must be a MemoryConfig, got {type(config).__name__}")
     check_key("key", key)
     check_array("latents", latents, ndim=3, dtype="floating")
     n_traj, s, d = latents.shape
@@ -511,7 +565,12 @@ def train_memory(
     if h > s:
         raise ValueError(f"horizon {config.horizon} needs {h} latents per trajectory, got {s}")
     k_init, k_fit = jax.random.split(key)
-    memory = make_memory(config, latents, k_init)
+    if memory is None:
+        memory = make_memory(config, latents, k_init)
+    elif not isinstance(memory, AbstractMemory):
+        raise TypeError(f"memory must be an AbstractMemory, got {type(memory).__name__}")
+    elif memory.latent_dim != d:
+        raise ValueError(f"memory has latent size {memory.latent_dim}, the latents {d}")
     bits = _as_bits(latents)
     frozen = (_as_bits(backbone.A), _as_bits(backbone.b))
 
@@ -534,11 +593,14 @@ def train_memory(
         )
 
     tc = TrainConfig(
-        steps=config.steps, progress=progress, log_every=max(1, min(100, config.steps))
+        steps=config.steps, progress=progress, log_every=max(1, min(100, config.steps)),
+        checkpoint_every=config.steps if checkpoint_dir else 0, checkpoint_dir=checkpoint_dir,
+        desc=desc,
     )
     sched = optax.cosine_decay_schedule(config.lr, config.steps, alpha=0.05)
     opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(sched))
-    state, losses = fit(loss_fn, (memory, (bits, frozen)), opt, k_fit, tc, batch_fn=batch_fn)
+    state, losses = fit(loss_fn, (memory, (bits, frozen)), opt, k_fit, tc, batch_fn=batch_fn,
+                        full_history=checkpoint_dir is not None)
     return state.params[0], losses
 
 
@@ -550,7 +612,7 @@ def forecast(
     steps: int,
     *,
     mask: Bool[Array, "k n"] | None = None,
-    memory: LeakyMemory | WindowMemory | None = None,
+    memory: AbstractMemory | None = None,
     query: Float[Array, "m dx"] | None = None,
 ) -> Float[Array, "t m c"]:
     """Encode the last ``n_cond`` observed snapshots, roll out ``steps``, decode at ``query``.

@@ -20,6 +20,22 @@ linear backbone:
   The authors run an LSTM over the window; here ``phi`` is an MLP on the
   flattened window (the same finite-memory kernel, without recurrence).
 
+Both are final ``equinox.Module``\ s under :class:`AbstractMemory`, which fixes the
+pattern of an iteration (optax's ``init``/``update``, blackjax's ``init``/``step``):
+
+* ``state = memory.init(z0)`` -- the state before the first step (a NamedTuple:
+  :class:`LeakyState` / :class:`WindowState`);
+* ``delta, state = memory.correction(z, state)`` -- the one abstract method: read
+  ``z_t`` into the state, return the correction added to ``A z_t + b``;
+* ``z_next, state, info = memory.step(backbone, z, state)`` -- concrete, the same for
+  every memory: ``z_{t+1} = backbone(z_t) + delta``, ``info`` a :class:`MemoryInfo`.
+
+A new memory (an LSTM, a kernel integral) subclasses :class:`AbstractMemory` and
+defines ``init`` and ``correction``; :func:`rollout`, :func:`warm_state`,
+:func:`memory_loss` and :func:`~jaxsci.dynamics.koopman.train_memory` work with it
+unchanged. Memories are pytrees: ``jax.vmap`` over a stack of them, ``jax.grad``
+with respect to their parameters.
+
 Latents enter the networks standardised, ``(z - c) / s``, with the centre ``c``
 and scale ``s`` of the training latents (the authors' centring and diagonal
 whitening), held fixed.
@@ -33,16 +49,23 @@ times the one-step error of the correction along the *true* latent path
 
 from __future__ import annotations
 
+import abc
+from typing import NamedTuple
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PyTree
 
 from jaxsci.core.validation import check_array, check_int, check_key, check_scalar
-from jaxsci.dynamics.koopman.backbone import KoopmanBackbone
+from jaxsci.dynamics.koopman._backbone import KoopmanBackbone
 
 __all__ = [
+    "AbstractMemory",
     "LeakyMemory",
+    "LeakyState",
+    "MemoryInfo",
+    "WindowState",
     "WindowMemory",
     "rollout",
     "warm_state",
@@ -69,7 +92,59 @@ def latent_scale(latents: Float[Array, "... d"]) -> tuple[Float[Array, " d"], Fl
     return centre, scale
 
 
-class LeakyMemory(eqx.Module):
+class MemoryInfo(NamedTuple):
+    """What one memory step reports: the correction added to ``A z + b``."""
+
+    correction: Float[Array, " d"]
+
+
+class LeakyState(NamedTuple):
+    """State of :class:`LeakyMemory`: the leaky integral ``m`` ``[memory_dim]``."""
+
+    m: Float[Array, " m"]
+
+
+class WindowState(NamedTuple):
+    """State of :class:`WindowMemory`: the last ``window`` latents ``[window, d]``,
+    oldest first."""
+
+    window: Float[Array, "k d"]
+
+
+class AbstractMemory(eqx.Module):
+    """A Mori-Zwanzig memory: ``z_{t+1} = A z_t + b + correction(z_t, state)``.
+
+    Subclasses are final and define :meth:`init` and :meth:`correction`; :meth:`step`
+    is the one concrete step shared by every memory. ``centre`` and ``scale`` are the
+    latent standardisation, held fixed in training: the gradient with respect to them
+    is zero by construction (``stop_gradient``; pinned by a ``zero_grad`` case).
+    """
+
+    centre: eqx.AbstractVar[Float[Array, " d"]]
+    scale: eqx.AbstractVar[Float[Array, " d"]]
+
+    @abc.abstractmethod
+    def init(self, z0: Float[Array, " d"]) -> PyTree:
+        """The state before the first step from ``z0``."""
+
+    @abc.abstractmethod
+    def correction(self, z: Float[Array, " d"], state: PyTree) -> tuple[Float[Array, " d"],
+                                                                          PyTree]:
+        """Read ``z_t`` into ``state``; return ``(correction, new state)``."""
+
+    def step(
+        self, backbone: KoopmanBackbone, z: Float[Array, " d"], state: PyTree
+    ) -> tuple[Float[Array, " d"], PyTree, MemoryInfo]:
+        """``(z_{t+1}, state_{t+1}, info)`` with ``z_{t+1} = A z_t + b + correction``."""
+        delta, state = self.correction(z, state)
+        return backbone(z) + delta, state, MemoryInfo(delta)
+
+    @property
+    def latent_dim(self) -> int:
+        return self.centre.shape[-1]
+
+
+class LeakyMemory(AbstractMemory):
     """Leaky memory module (LMM); state ``m`` ``[memory_dim]``, zero at the start.
 
     Args (construction):
@@ -118,18 +193,15 @@ class LeakyMemory(eqx.Module):
         self.raw_gate = jnp.zeros((latent_dim,))
         self.centre, self.scale = _standardisation(latent_dim, centre, scale)
 
-    def init_state(self, z0: Float[Array, " d"]) -> Float[Array, " m"]:
-        return jnp.zeros((self.raw_gamma.shape[0],), z0.dtype)
+    def init(self, z0: Float[Array, " d"]) -> LeakyState:
+        """Zero memory."""
+        return LeakyState(jnp.zeros((self.raw_gamma.shape[0],), z0.dtype))
 
-    def correction(self, z: Float[Array, " d"], m: Float[Array, " m"]):
+    def correction(self, z: Float[Array, " d"], state: LeakyState):
         """``(s * g * phi(m_t), m_t)`` with ``m_t = gamma * m_{t-1} + psi(z_t)``."""
         c, s = jax.lax.stop_gradient(self.centre), jax.lax.stop_gradient(self.scale)
-        m = jax.nn.sigmoid(self.raw_gamma) * m + self.psi((z - c) / s)
-        return s * jax.nn.sigmoid(self.raw_gate) * self.phi(m), m
-
-    def step(self, backbone: KoopmanBackbone, z: Float[Array, " d"], state):
-        delta, state = self.correction(z, state)
-        return backbone(z) + delta, state
+        m = jax.nn.sigmoid(self.raw_gamma) * state.m + self.psi((z - c) / s)
+        return s * jax.nn.sigmoid(self.raw_gate) * self.phi(m), LeakyState(m)
 
     @property
     def memory_time(self) -> Float[Array, " m"]:
@@ -137,7 +209,7 @@ class LeakyMemory(eqx.Module):
         return -1.0 / jnp.log(jax.nn.sigmoid(self.raw_gamma))
 
 
-class WindowMemory(eqx.Module):
+class WindowMemory(AbstractMemory):
     """Finite-memory closure (FMM) from the last ``window`` latents.
 
     The state is the window ``[window, d]`` (oldest first), padded at the start by
@@ -171,32 +243,27 @@ class WindowMemory(eqx.Module):
         self.window = window
         self.centre, self.scale = _standardisation(latent_dim, centre, scale)
 
-    def init_state(self, z0: Float[Array, " d"]) -> Float[Array, "k d"]:
-        return jnp.broadcast_to(z0, (self.window, z0.shape[-1]))
+    def init(self, z0: Float[Array, " d"]) -> WindowState:
+        """The window filled with ``z0`` (the authors' ``repeat`` padding)."""
+        return WindowState(jnp.broadcast_to(z0, (self.window, z0.shape[-1])))
 
-    def correction(self, z: Float[Array, " d"], win: Float[Array, "k d"]):
-        win = jnp.concatenate([win[1:], z[None]], axis=0)
+    def correction(self, z: Float[Array, " d"], state: WindowState):
+        """``(s * phi(window), window)`` with ``z_t`` shifted into the window."""
+        win = jnp.concatenate([state.window[1:], z[None]], axis=0)
         c, s = jax.lax.stop_gradient(self.centre), jax.lax.stop_gradient(self.scale)
-        return s * self.phi(((win - c) / s).reshape(-1)), win
-
-    def step(self, backbone: KoopmanBackbone, z: Float[Array, " d"], state):
-        delta, state = self.correction(z, state)
-        return backbone(z) + delta, state
+        return s * self.phi(((win - c) / s).reshape(-1)), WindowState(win)
 
 
 def _standardisation(d, centre, scale):
-    centre = jnp.zeros((d,)) if centre is None else jnp.asarray(centre, jnp.float32)
-    scale = jnp.ones((d,)) if scale is None else jnp.asarray(scale, jnp.float32)
+    centre = jnp.zeros((d,)) if centre is None else jnp.asarray(centre)
+    scale = jnp.ones((d,)) if scale is None else jnp.asarray(scale)
     check_array("centre", centre, shape=(d,))
     check_array("scale", scale, shape=(d,), ge=0.0)
     return centre, scale
 
 
-Memory = LeakyMemory | WindowMemory
-
-
 def warm_state(
-    memory: Memory, backbone: KoopmanBackbone, history: Float[Array, "h d"]
+    memory: AbstractMemory, backbone: KoopmanBackbone, history: Float[Array, "h d"]
 ) -> PyTree:
     """Memory state after reading the observed latents ``history`` (teacher forcing).
 
@@ -204,7 +271,7 @@ def warm_state(
     ``rollout(backbone, history[-1], steps, memory, state=warm_state(...))``.
     """
     check_array("history", history, ndim=2, dtype="floating")
-    state = memory.init_state(history[0])
+    state = memory.init(history[0])
 
     def step(state, z):
         _, state = memory.correction(z, state)
@@ -218,7 +285,7 @@ def rollout(
     backbone: KoopmanBackbone,
     z0: Float[Array, " d"],
     steps: int,
-    memory: Memory | None = None,
+    memory: AbstractMemory | None = None,
     *,
     state: PyTree | None = None,
 ) -> Float[Array, "t d"]:
@@ -236,11 +303,11 @@ def rollout(
 
         _, zs = jax.lax.scan(lin, z0, None, length=steps)
     else:
-        state = memory.init_state(z0) if state is None else state
+        state = memory.init(z0) if state is None else state
 
         def mem(carry, _):
             z, st = carry
-            z, st = memory.step(backbone, z, st)
+            z, st, _ = memory.step(backbone, z, st)
             return (z, st), z
 
         _, zs = jax.lax.scan(mem, (z0, state), None, length=steps)
@@ -248,7 +315,7 @@ def rollout(
 
 
 def memory_loss(
-    memory: Memory,
+    memory: AbstractMemory,
     backbone: KoopmanBackbone,
     latents: Float[Array, "b t d"],
     *,
@@ -268,7 +335,7 @@ def memory_loss(
         pred = rollout(backbone, zs[0], steps, memory)
         free = jnp.mean(((pred[1:] - zs[1:]) / s) ** 2)
         # Teacher forcing along the true path: the correction is the residual.
-        state = memory.init_state(zs[0])
+        state = memory.init(zs[0])
 
         def tf(st, z):
             delta, st = memory.correction(z, st)

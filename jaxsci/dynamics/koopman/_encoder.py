@@ -31,6 +31,8 @@ base-10000 ladder over wider heads.
 
 from __future__ import annotations
 
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -39,7 +41,7 @@ from jaxtyping import Array, Bool, Float
 
 from jaxsci.core.validation import check_array, check_int, check_key, check_scalar
 
-__all__ = ["FunctionEncoder", "GalerkinAttention", "point_mask"]
+__all__ = ["EncoderConfig", "FunctionEncoder", "GalerkinAttention", "point_mask", "rotary"]
 
 
 def _dense(layer: eqx.nn.Linear, x: Float[Array, "... i"]) -> Float[Array, "... o"]:
@@ -61,8 +63,8 @@ class _LayerNorm(eqx.Module):
     shift: Float[Array, " e"]
 
     def __init__(self, dim: int):
-        self.scale = jnp.ones((dim,), jnp.float32)
-        self.shift = jnp.zeros((dim,), jnp.float32)
+        self.scale = jnp.ones((dim,))  # the default float dtype, as eqx.nn.Linear's
+        self.shift = jnp.zeros((dim,))
 
     def __call__(self, x: Float[Array, "... e"]) -> Float[Array, "... e"]:
         return _layer_norm(x) * self.scale + self.shift
@@ -181,6 +183,11 @@ class _Block(eqx.Module):
         return self.ffn(x)
 
 
+def _as_arrays(*xs):
+    """Array-likes (lists, tuples) as arrays; arrays, tracers and ``None`` unchanged."""
+    return tuple(x if x is None or hasattr(x, "shape") else jnp.asarray(x) for x in xs)
+
+
 def point_mask(
     mask: Bool[Array, " n"] | Bool[Array, "n c"] | None, n: int, channels: int
 ) -> Bool[Array, "n c"]:
@@ -191,6 +198,59 @@ def point_mask(
     if mask.ndim == 1:
         return jnp.broadcast_to(mask[:, None], (n, channels))
     return mask
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderConfig:
+    """Sizes of a :class:`FunctionEncoder` (the one place their defaults live).
+
+    Attributes:
+      n_tokens, token_dim: latent tokens ``K`` and their size (``latent_dim = K *
+        token_dim``; the authors' NS run uses 8 x 16, the defaults here).
+      width: feature width of points and tokens.
+      heads: attention heads (``width`` split evenly between them).
+      n_self_layers: Galerkin self-attention layers over the points (authors: 3).
+      n_cross_layers: cross-attention blocks of the tokens onto the points (authors: 2).
+      n_freqs: learned coordinate frequencies; ``freq_scale`` their initial spread
+        (in cycles per unit length of the coordinates).
+      rope: rotary-embedding frequencies (cycles per unit length) of the
+        attention's queries and keys; default ``8, 4, 2, 1`` for coordinates in
+        ``[0, 1)`` (the authors use RoPE with a base-10000 geometric ladder);
+        ``()`` turns it off. The latent queries carry learned positions.
+
+    >>> EncoderConfig(token_dim=8).latent_dim
+    64
+    """
+
+    n_tokens: int = 8  # authors (NS): latent_tokens 8
+    token_dim: int = 16  # authors (NS): 16
+    width: int = 64
+    heads: int = 4
+    n_self_layers: int = 1
+    n_cross_layers: int = 2
+    n_freqs: int = 16
+    freq_scale: float = 4.0
+    rope: tuple[float, ...] = (8.0, 4.0, 2.0, 1.0)
+
+    def __post_init__(self):
+        check_int("n_tokens", self.n_tokens, min=1)
+        check_int("token_dim", self.token_dim, min=1)
+        check_int("width", self.width, min=1)
+        check_int("heads", self.heads, min=1)
+        check_int("n_self_layers", self.n_self_layers, min=0)
+        check_int("n_cross_layers", self.n_cross_layers, min=1)
+        check_int("n_freqs", self.n_freqs, min=0)
+        check_scalar("freq_scale", self.freq_scale, gt=0.0)
+        rope = tuple(float(check_scalar("rope[i]", f, gt=0.0)) for f in self.rope)
+        object.__setattr__(self, "rope", rope)
+        if self.width % self.heads:
+            raise ValueError(f"width must be divisible by heads, got width={self.width}, "
+                             f"heads={self.heads}")
+
+    @property
+    def latent_dim(self) -> int:
+        """``n_tokens * token_dim``."""
+        return self.n_tokens * self.token_dim
 
 
 class FunctionEncoder(eqx.Module):
@@ -205,18 +265,7 @@ class FunctionEncoder(eqx.Module):
     Args (construction):
       coord_dim: spatial dimension ``dx``.
       channels: value channels ``c`` per point.
-      n_tokens, token_dim: latent tokens ``K`` and their size (``latent_dim = K *
-        token_dim``; the authors' NS run uses 8 x 16).
-      width: feature width of points and tokens.
-      heads: attention heads (``width`` split evenly between them).
-      n_self_layers: Galerkin self-attention layers over the points (authors: 3).
-      n_cross_layers: cross-attention blocks of the tokens onto the points (authors: 2).
-      n_freqs: learned coordinate frequencies; ``freq_scale`` their initial spread
-        (in cycles per unit length of the coordinates).
-      rope: rotary-embedding frequencies (cycles per unit length) of the
-        attention's queries and keys; default ``8, 4, 2, 1`` for coordinates in
-        ``[0, 1)`` (the authors use RoPE with a base-10000 geometric ladder);
-        ``()`` turns it off. The latent queries carry learned positions.
+      config: the sizes, an :class:`EncoderConfig`.
       key: PRNG key for the initial weights.
     """
 
@@ -237,32 +286,19 @@ class FunctionEncoder(eqx.Module):
         self,
         coord_dim: int,
         channels: int,
+        config: EncoderConfig = EncoderConfig(),
         *,
-        n_tokens: int = 8,
-        token_dim: int = 16,
-        width: int = 64,
-        heads: int = 4,
-        n_self_layers: int = 1,
-        n_cross_layers: int = 2,
-        n_freqs: int = 16,
-        freq_scale: float = 4.0,
-        rope: tuple[float, ...] = (8.0, 4.0, 2.0, 1.0),
         key: jax.Array,
     ):
         check_int("coord_dim", coord_dim, min=1)
         check_int("channels", channels, min=1)
-        check_int("n_tokens", n_tokens, min=1)
-        check_int("token_dim", token_dim, min=1)
-        check_int("width", width, min=1)
-        check_int("heads", heads, min=1)
-        check_int("n_self_layers", n_self_layers, min=0)
-        check_int("n_cross_layers", n_cross_layers, min=1)
-        check_int("n_freqs", n_freqs, min=0)
-        check_scalar("freq_scale", freq_scale, gt=0.0)
+        if not isinstance(config, EncoderConfig):
+            raise TypeError(f"config must be an EncoderConfig, got {type(config).__name__}")
         check_key("key", key)
-        rope = tuple(float(check_scalar("rope[i]", f, gt=0.0)) for f in rope)
-        if width % heads:
-            raise ValueError(f"width must be divisible by heads, got width={width}, heads={heads}")
+        n_tokens, token_dim, width, heads = (config.n_tokens, config.token_dim, config.width,
+                                             config.heads)
+        n_self_layers, n_cross_layers = config.n_self_layers, config.n_cross_layers
+        n_freqs, freq_scale, rope = config.n_freqs, config.freq_scale, config.rope
         keys = jax.random.split(key, 6 + n_self_layers + n_cross_layers)
         self.freqs = freq_scale * jax.random.normal(keys[0], (n_freqs, coord_dim))
         n_in = 2 * channels + coord_dim + 2 * n_freqs
@@ -341,6 +377,7 @@ class FunctionEncoder(eqx.Module):
         values: Float[Array, "n c"],
         mask: Bool[Array, " n"] | Bool[Array, "n c"] | None = None,
     ) -> Float[Array, " d"]:
+        coords, values, mask = _as_arrays(coords, values, mask)  # lists too, once
         self.check_inputs(coords, values, mask)
         m = point_mask(mask, coords.shape[0], self.channels)
         # An all-masked set inside jit/vmap: fail loudly rather than return the queries.
@@ -356,7 +393,7 @@ class FunctionEncoder(eqx.Module):
         """The encoder without input checks (``mask`` per channel, ``[n, c]``).
 
         For callers that validated their data before tracing (the training and
-        encoding helpers of :mod:`jaxsci.dynamics.koopman.model` do): it holds no
+        encoding helpers of :mod:`jaxsci.dynamics.koopman` do): it holds no
         host callback, so its compiled programs can be cached on disk.
         """
         m = mask

@@ -27,6 +27,7 @@ left out (a linear modulation is the MFN's own form).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import equinox as eqx
@@ -36,11 +37,36 @@ from jaxtyping import Array, Float
 
 from jaxsci.core.validation import check_array, check_int, check_key, check_scalar
 
-__all__ = ["FunctionDecoder"]
+__all__ = ["DecoderConfig", "FunctionDecoder"]
 
 
 def _uniform(key: jax.Array, shape: tuple[int, ...], bound: float) -> jax.Array:
-    return jax.random.uniform(key, shape, jnp.float32, -bound, bound)
+    # The default float dtype (float32, or float64 under jax_enable_x64).
+    return jax.random.uniform(key, shape, minval=-bound, maxval=bound)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoderConfig:
+    """Sizes of a :class:`FunctionDecoder` (the one place their defaults live).
+
+    Attributes:
+      hidden: feature width (even: sin and cos halves; authors: 128 for NS).
+      n_layers: ``L``, the number of modulated multiplicative layers after the
+        first (authors: 3 in config, 4 in the NS demo).
+      input_scale: bandwidth of the Fourier filters (see module docstring; authors:
+        64 for NS on ``[-1, 1]`` grids).
+    """
+
+    hidden: int = 64
+    n_layers: int = 3
+    input_scale: float = 64.0
+
+    def __post_init__(self):
+        check_int("hidden", self.hidden, min=2)
+        check_int("n_layers", self.n_layers, min=0)
+        check_scalar("input_scale", self.input_scale, gt=0.0)
+        if self.hidden % 2:
+            raise ValueError(f"hidden must be even (sin and cos halves), got {self.hidden}")
 
 
 class FunctionDecoder(eqx.Module):
@@ -50,10 +76,7 @@ class FunctionDecoder(eqx.Module):
       coord_dim: spatial dimension ``dx``.
       latent_dim: size of ``z``.
       channels: output channels ``c``.
-      hidden: feature width (authors: 128 for NS).
-      n_layers: ``L``, the number of modulated multiplicative layers after the
-        first (authors: 3 in config, 4 in the NS demo).
-      input_scale: bandwidth of the Fourier filters (see module docstring).
+      config: the sizes, a :class:`DecoderConfig`.
       key: PRNG key for the initial weights.
     """
 
@@ -72,21 +95,17 @@ class FunctionDecoder(eqx.Module):
         coord_dim: int,
         latent_dim: int,
         channels: int = 1,
+        config: DecoderConfig = DecoderConfig(),
         *,
-        hidden: int = 64,
-        n_layers: int = 3,
-        input_scale: float = 64.0,
         key: jax.Array,
     ):
         check_int("coord_dim", coord_dim, min=1)
         check_int("latent_dim", latent_dim, min=1)
         check_int("channels", channels, min=1)
-        check_int("hidden", hidden, min=2)
-        check_int("n_layers", n_layers, min=0)
-        check_scalar("input_scale", input_scale, gt=0.0)
+        if not isinstance(config, DecoderConfig):
+            raise TypeError(f"config must be a DecoderConfig, got {type(config).__name__}")
         check_key("key", key)
-        if hidden % 2:
-            raise ValueError(f"hidden must be even (sin and cos halves), got {hidden}")
+        hidden, n_layers, input_scale = config.hidden, config.n_layers, config.input_scale
         kf, kh, kl, kb, ko, kob = jax.random.split(key, 6)
         n = n_layers + 1
         scale = input_scale / math.sqrt(n)
@@ -103,8 +122,8 @@ class FunctionDecoder(eqx.Module):
     def __call__(
         self, z: Float[Array, " d"], coords: Float[Array, "m dx"]
     ) -> Float[Array, "m c"]:
-        check_array("z", z, shape=(self.latent_dim,), dtype="floating")
-        check_array("coords", coords, ndim=2, dtype="floating")
+        z = jnp.asarray(check_array("z", z, shape=(self.latent_dim,), dtype="floating"))
+        coords = jnp.asarray(check_array("coords", coords, ndim=2, dtype="floating"))
         if coords.shape[1] != self.coord_dim:
             raise ValueError(
                 f"coords must have shape (m, {self.coord_dim}) for this decoder, "

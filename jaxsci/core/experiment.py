@@ -599,7 +599,7 @@ def run_experiment(
     Returns:
       the written :class:`~jaxsci.core.Report`; ``report.metrics`` holds the metrics,
       the ``claims`` block, ``provenance``, ``config``, ``seed``, ``size`` and
-      ``wall_time_s``.
+      ``wall_time_s`` (summed over the interrupted attempts of a resumed run).
     """
     if isinstance(size, str):
         config = exp.config(size, overrides)
@@ -624,18 +624,28 @@ def run_experiment(
                                "to overwrite it, or choose another --out")
     previous = json.loads(state_file.read_text()) if state_file.exists() else {}
     if force or not resume or previous.get("hash") != digest:
+        previous = {}
         shutil.rmtree(cells_dir, ignore_errors=True)
         shutil.rmtree(out / "checkpoints", ignore_errors=True)
         (out / "metrics.json").unlink(missing_ok=True)
     cells_dir.mkdir(exist_ok=True)
     state_file.write_text(json.dumps({"hash": digest, "experiment": exp.name, "seed": seed,
-                                      "size": size_name}))
+                                      "size": size_name,
+                                      "elapsed_s": previous.get("elapsed_s", 0.0)}))
     report = Report(f"{exp.name}: {exp.title}", out)
     ctx = Context(key=key, seed=seed, size=size_name, out_dir=out, report=report,
                   progress=progress, _cells_dir=cells_dir)
+    before = float(previous.get("elapsed_s", 0.0)) if previous.get("hash") == digest else 0.0
     t0 = time.perf_counter()
-    metrics = exp.run(config, ctx)
-    wall = time.perf_counter() - t0
+    try:
+        metrics = exp.run(config, ctx)
+    except BaseException:
+        # Interrupted: remember the time spent, so a resumed run reports the total.
+        state_file.write_text(json.dumps({"hash": digest, "experiment": exp.name, "seed": seed,
+                                          "size": size_name,
+                                          "elapsed_s": before + time.perf_counter() - t0}))
+        raise
+    wall = before + time.perf_counter() - t0
     if not isinstance(metrics, dict):
         raise RuntimeError(f"experiment {exp.name!r}: run() must return a dict of metrics, "
                            f"got {type(metrics).__name__}")

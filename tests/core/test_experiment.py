@@ -143,6 +143,7 @@ def test_interrupted_run_resumes_finished_cells_bit_for_bit(tmp_path):
     again = run_experiment(exp, "quick", tmp_path / "run", progress=False).metrics
     assert CALLS == [2]  # only the missing cell is computed
     assert len(again["resumed_cells"]) == 2
+    assert again["wall_time_s"] > 0  # the interrupted attempt's time is included
     np.testing.assert_array_equal(np.asarray(ref["values"]), np.asarray(again["values"]))
     assert not (tmp_path / "run" / ".cells").exists()
 

@@ -14,7 +14,8 @@ grid = product_grid(beta=[1.0, 2.0, 4.0], with_mlp=[0.0, 1.0])
 
 
 def final_atoms(p):
-    per = pt.Perceptron(perceptron.w, perceptron.b, perceptron.c * p["with_mlp"])
+    per = pt.Perceptron(perceptron.w, perceptron.b, perceptron.c * p["with_mlp"],
+                        perceptron.activation)
     flow = pt.make_flow(d, p["beta"], perceptron=per)
     traj = pt.solve(flow, x0, t1=20.0, dt=0.05, n_save=10)
     n_atoms, _ = pt.count_clusters(traj.final, tol=0.05)

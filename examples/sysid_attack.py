@@ -18,6 +18,7 @@ phi, y, y_clean, attacked = sysid.simulate(jax.random.key(3), system, u, L, p, a
 
 theta_ls = sysid.least_squares(phi, y)
 est = sysid.l2_norm_estimator(phi, y)  # IRLS for sum_t ||y_t - Theta phi_t||_2
+assert est.result == sysid.RESULTS.successful  # throw=True would have raised otherwise
 print(f"{int(attacked.sum())} of {len(attacked)} outputs attacked")
 print(f"least squares  error {float(sysid.prediction_error(theta_ls, phi, y_clean)):.3f}")
 print(f"l2-norm        error {float(sysid.prediction_error(est.theta, phi, y_clean)):.3f} "

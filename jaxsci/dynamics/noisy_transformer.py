@@ -3,8 +3,7 @@ r"""Deep random Transformers: tokens on the sphere driven by a common matrix Bro
 Paper: "... we analyze deep Transformers where noise arises from the random
 initialization of value matrices ... tokens are driven by a *common* matrix-valued
 Brownian noise ... For two tokens, we prove a phase transition governed by the
-interaction strength and the token dimension" (ICML 2026, abstract in
-``shared/seeds/000_*.txt``).
+interaction strength and the token dimension" (ICML 2026).
 
 Layers
 ------
@@ -87,6 +86,27 @@ squared diffusion is regular, and the scale density is
 * ``+1`` (collapse) is always attracting: its Lyapunov exponent is
   ``-2 gamma - (d-1) sigma^2 < 0``;
 * without noise (``sigma = 0``) ``d rho = 2 gamma q (1-rho^2) dt > 0``: collapse.
+
+Transformations
+---------------
+Every number a researcher sweeps is traced (``jit``/``vmap``): ``beta``, ``gamma``,
+``sigma``, the layer step ``h`` (the layer count ``n_layers`` is the static number),
+``rho0`` of :func:`two_tokens` and :func:`p_antipodal`, ``d`` of the closed forms
+(:func:`critical_beta`, :func:`p_antipodal`, :func:`rho_coefficients`), ``t1``/``dt``
+of :func:`solve_sde` when ``max_steps`` is given. Solvers are values (``solver=
+diffrax.Euler()`` or any diffrax SDE solver). Reverse-mode gradients:
+:func:`run_layers` (for a fixed key) in ``x0``, ``h``, ``beta``, ``gamma``, ``sigma``;
+:func:`solve_sde` (diffrax's ``RecursiveCheckpointAdjoint``); the closed forms
+:func:`p_antipodal` and :func:`critical_beta`. :func:`antipodal_formation` is a
+boolean (no gradient). Value checks (tokens on the sphere, ``beta >= 0``,
+``sigma >= 0``, ``h > 0``) fire also inside ``jit``/``vmap``; array-likes are accepted.
+
+>>> import jax
+>>> from jaxsci.dynamics import noisy_transformer as nt
+>>> x0 = nt.two_tokens(0.0, 4)
+>>> out = nt.run_layers(jax.random.key(0), x0, 100, 0.01, 2.0, 1.0, 1.0)
+>>> out.final.shape
+(2, 4)
 """
 
 from __future__ import annotations
@@ -95,6 +115,7 @@ import math
 from typing import Literal, NamedTuple
 
 import diffrax
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import lineax as lx
@@ -118,6 +139,7 @@ __all__ = [
     "solve_sde",
     "two_tokens",
     "rho_coefficients",
+    "two_token_terms",
     "boundary_exponents",
     "critical_beta",
     "p_antipodal",
@@ -189,13 +211,25 @@ def run_layers(
 ) -> LayerPath:
     """``n_layers`` random layers (fresh ``G`` each) from ``x0``; time ``t = k h``.
 
-    Jittable and vmappable over ``key``, ``x0``, ``beta``, ``gamma``, ``sigma``.
+    Args:
+      key: PRNG key (one fresh ``G`` per layer).
+      x0: ``(n, d)`` tokens on the unit sphere (array-like).
+      n_layers: number of layers (static: a loop count).
+      h: layer step (traced); ``t = n_layers * h`` at the end.
+      beta, gamma, sigma: interaction strength, deterministic and noise parts of ``V``
+        (traced).
+      n_save: saved states (static). noise: ``"full"`` or ``"span"`` (equal in law).
+
+    Returns:
+      :class:`LayerPath`. Jittable and vmappable over ``key``, ``x0``, ``h``, ``beta``,
+      ``gamma``, ``sigma``; reverse-mode differentiable in all but ``key``.
     """
     check_key("key", key)
-    _check_tokens(x0)
+    x0 = _check_tokens(x0)
     n_layers = check_int("n_layers", n_layers, min=1)
     check_scalar("h", h, gt=0.0)
     _check_params(beta, gamma, sigma)
+    x0, h = _traced_checks(x0, beta, sigma, h)
     n_save = min(check_int("n_save", n_save, min=1), n_layers)
     check_choice("noise", noise, NOISES)
     per, rest = divmod(n_layers, n_save)
@@ -224,20 +258,34 @@ def run_layers(
 def layers_from_brownian(
     bm: diffrax.AbstractBrownianPath,
     x0: Float[Array, "n d"],
-    t1: float,
+    t1: float | None,
     h: float,
     beta,
     gamma,
     sigma,
+    *,
+    n_layers: int | None = None,
 ) -> Float[Array, "n d"]:
     """The layers driven by a given ``d x d`` Brownian path: ``sqrt(h) G_k = W(t_{k+1}) - W(t_k)``.
 
     Couples the discrete network with :func:`solve_sde` on the same path (strong
-    convergence as ``h -> 0``).
+    convergence as ``h -> 0``). The layer count is ``round(t1 / h)`` (concrete ``t1``
+    and ``h``), or ``n_layers`` when given (then ``t1`` may be ``None`` and ``h`` is
+    traced: vmap over step sizes at a fixed depth).
     """
-    _check_tokens(x0)
+    x0 = _check_tokens(x0)
     check_scalar("h", h, gt=0.0)
-    n_layers = max(1, int(round(float(t1) / float(h))))
+    _check_params(beta, gamma, sigma)
+    if n_layers is None:
+        if t1 is None:
+            raise ValueError("layers_from_brownian needs t1 or n_layers")
+        if isinstance(t1, jax.core.Tracer) or isinstance(h, jax.core.Tracer):
+            raise TypeError("t1 and h are traced, but the layer count round(t1 / h) is a "
+                            "loop length: pass n_layers= (static)")
+        check_scalar("t1", t1, gt=0.0)
+        n_layers = max(1, int(round(float(t1) / float(h))))
+    n_layers = check_int("n_layers", n_layers, min=1)
+    x0, h = _traced_checks(x0, beta, sigma, h)
 
     def step(x, k):
         t0 = k * h
@@ -274,9 +322,9 @@ def diffusion(x: Float[Array, "n d"], beta, sigma) -> lx.FunctionLinearOperator:
 def sde_coefficients(x: Float[Array, "n d"], beta, gamma, sigma):
     """Drift ``(n, d)`` and diffusion covariance ``(n, d, n, d)`` of the limit SDE at ``x``.
 
-    ``Cov(dx_i, dx_j) / dt = sigma^2 <m_i, m_j> P_{x_i} P_{x_j}``.
+    ``Cov(dx_i, dx_j) / dt = sigma^2 <m_i, m_j> P_{x_i} P_{x_j}``. Differentiable.
     """
-    _check_tokens(x)
+    x = _check_tokens(x)
     d = x.shape[-1]
     m = attention_mean(x, beta)
     proj = jnp.eye(d) - x[:, :, None] * x[:, None, :]  # (n, d, d)
@@ -295,17 +343,32 @@ def solve_sde(
     key: jax.Array | None = None,
     bm: diffrax.AbstractBrownianPath | None = None,
     solver: diffrax.AbstractSolver | None = None,
+    max_steps: int | None = None,
 ) -> Float[Array, "n d"]:
     """Solve the limit Ito SDE with diffrax (``Euler``: Euler-Maruyama) to ``t1``.
 
     The matrix Brownian motion is ``bm`` if given, else a ``VirtualBrownianTree``
     from ``key``. The solution is returned as computed (not renormalised), so
-    ``|x_i| - 1`` measures the solver's error.
+    ``|x_i| - 1`` measures the solver's error. ``max_steps`` (static) bounds the step
+    count; by default it is ``round(t1 / dt) + 2`` from concrete ``t1``, ``dt``; give it
+    to trace ``t1`` and ``dt`` (vmap over step sizes or horizons). Reverse-mode
+    differentiable (diffrax's ``RecursiveCheckpointAdjoint``) in ``x0``, ``beta``,
+    ``gamma``, ``sigma``.
     """
-    _check_tokens(x0)
+    x0 = _check_tokens(x0)
     check_scalar("t1", t1, gt=0.0)
     check_scalar("dt", dt, gt=0.0)
     _check_params(beta, gamma, sigma)
+    if max_steps is None:
+        if isinstance(t1, jax.core.Tracer) or isinstance(dt, jax.core.Tracer):
+            raise TypeError("t1 and dt are traced, but the step budget round(t1 / dt) is "
+                            "static: pass max_steps=")
+        max_steps = max(1, int(round(float(t1) / float(dt)))) + 2
+    max_steps = check_int("max_steps", max_steps, min=1)
+    if solver is not None and not isinstance(solver, diffrax.AbstractSolver):
+        raise TypeError(f"solver must be a diffrax solver (e.g. diffrax.Euler()), got "
+                        f"{type(solver).__name__}")
+    x0, dt = _traced_checks(x0, beta, sigma, dt)
     d = x0.shape[-1]
     if bm is None:
         if key is None:
@@ -318,24 +381,29 @@ def solve_sde(
         diffrax.ODETerm(lambda t, y, a: drift(y, beta, gamma, sigma)),
         diffrax.ControlTerm(lambda t, y, a: diffusion(y, beta, sigma), bm),
     )
-    n_steps = max(1, int(round(float(t1) / float(dt))))
-    sol = diffrax.diffeqsolve(terms, solver, 0.0, t1, dt, x0, max_steps=n_steps + 2,
-                              saveat=diffrax.SaveAt(t1=True))
+    sol = diffrax.diffeqsolve(terms, solver, 0.0, t1, dt, x0, max_steps=max_steps,
+                              saveat=diffrax.SaveAt(t1=True),
+                              adjoint=diffrax.RecursiveCheckpointAdjoint())
     return sol.ys[-1]
 
 
 # --------------------------------------------------------------------------- two tokens
 
 
-def two_tokens(rho0: float, d: int, dtype=jnp.float32) -> Float[Array, "2 d"]:
-    """Two unit vectors in R^d with ``<x_1, x_2> = rho0`` (in the (e_1, e_2) plane)."""
+def two_tokens(rho0: float | Float[Array, ""], d: int, dtype=None) -> Float[Array, "2 d"]:
+    """Two unit vectors in R^d with ``<x_1, x_2> = rho0`` (in the (e_1, e_2) plane).
+
+    ``rho0`` is traced (vmap over initial overlaps); ``d`` is a shape. ``dtype``
+    defaults to JAX's default float (float64 under ``jax_enable_x64``).
+    """
     check_scalar("rho0", rho0, ge=-1.0, le=1.0)
     d = check_int("d", d, min=2)
-    s = math.sqrt(max(0.0, 1.0 - rho0 * rho0))
-    x = np.zeros((2, d))
-    x[0, 0] = 1.0
-    x[1, 0], x[1, 1] = rho0, s
-    return jnp.asarray(x, dtype)
+    dtype = jnp.result_type(float) if dtype is None else dtype
+    r = jnp.asarray(rho0, dtype)
+    r = eqx.error_if(r, ~((r >= -1) & (r <= 1)), "rho0 must be in [-1, 1]")
+    s = jnp.sqrt(jnp.maximum(0.0, 1.0 - r * r))
+    x = jnp.zeros((2, d), dtype)
+    return x.at[0, 0].set(1.0).at[1, 0].set(r).at[1, 1].set(s)
 
 
 def _pq(rho, beta):
@@ -347,6 +415,15 @@ def _k(rho, beta, gamma, sigma, d):
     p, q = _pq(rho, beta)
     s = p * p + q * q
     return 2.0 * gamma * q + sigma**2 * (2.0 * (d - 2) * p * q - s * rho), s
+
+
+def two_token_terms(rho, beta, gamma, sigma, d):
+    """``(k, s)`` of the two-token SDE: ``d rho = (1-rho^2) k dt + sigma sqrt(2 s) (1-rho^2) dB``.
+
+    ``k = 2 gamma q + sigma^2 (2 (d-2) p q - s rho)``, ``s = p^2 + q^2`` (module doc);
+    the scale function's integrand is ``k / (sigma^2 s (1 - rho^2))``. Traced, elementwise.
+    """
+    return _k(rho, beta, gamma, sigma, d)
 
 
 def rho_coefficients(rho, beta, gamma, sigma, d):
@@ -405,7 +482,10 @@ def p_antipodal(rho0, beta, gamma, sigma, d, *, z_max: float = 12.0, n_grid: int
     decay_plus = 2.0 + k_p / (sig**2 * s_p)
     w = jnp.full_like(z, dz).at[0].mul(0.5).at[-1].mul(0.5)
     z0 = jnp.arctanh(jnp.clip(jnp.asarray(rho0, dt_), -1.0 + 1e-12, 1.0 - 1e-12))
-    upper = jnp.where(z >= z0, 1.0, 0.0)
+    # The integral from z0 up: grid points above z0 count fully, the cell that holds z0
+    # in proportion to how much of it lies above (linear in z0), so p is continuous and
+    # differentiable in rho0 (a hard indicator would make d p / d rho0 = 0).
+    upper = jnp.clip((z - z0) / dz + 0.5, 0.0, 1.0)
     tail_m = ell[0] - jnp.log(jnp.maximum(decay_minus, 1e-30))
     tail_p = ell[-1] - jnp.log(decay_plus)
     log_w = jnp.log(w) + ell
@@ -430,6 +510,8 @@ def antipodal_formation(x: Float[Array, "n d"], tol: float = 1e-2):
 
 
 def _check_tokens(x):
+    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        x = jnp.asarray(x)
     check_array("x", x, ndim=2, dtype="floating")
     if x.shape[1] < 2:
         raise ValueError(f"x must have d >= 2 columns, got shape {tuple(x.shape)}")
@@ -440,6 +522,20 @@ def _check_tokens(x):
             raise ValueError(
                 f"x must lie on the unit sphere (row norms 1), got max | |x_i| - 1 | = {err:.3g}"
             )
+    return jnp.asarray(x)
+
+
+def _traced_checks(x, beta, sigma, h):
+    """The value checks again, as ``equinox.error_if``: they fire inside jit/vmap."""
+    norms = jnp.linalg.norm(x, axis=-1)
+    atol = 1e-4 if x.dtype == jnp.float32 else 1e-8
+    x = eqx.error_if(x, ~jnp.all(jnp.abs(norms - 1) <= atol),
+                     "x must lie on the unit sphere (row norms 1)")
+    bad = ~(jnp.asarray(beta) >= 0) | ~(jnp.asarray(sigma) >= 0)
+    x = eqx.error_if(x, bad, "beta and sigma must be >= 0 (and not NaN)")
+    h = jnp.asarray(h, x.dtype)
+    h = eqx.error_if(h, ~(h > 0), "the step h (dt) must be > 0")
+    return x, h
 
 
 def _check_params(beta, gamma, sigma):

@@ -2,7 +2,7 @@ r"""Transformer tokens as interacting particles on the sphere, with the perceptr
 
 Paper: "The forward pass of a Transformer can be seen as an interacting particle
 system on the unit sphere ... we study the effect of the perceptron block"
-(ICML 2026, abstract in ``shared/seeds/000_*.txt``). Builds on Geshkovski, Letrouit,
+(ICML 2026). Builds on Geshkovski, Letrouit,
 Polyanskiy & Rigollet, "A mathematical perspective on Transformers" (2023), whose
 notation (SA / USA dynamics, ``E_beta``) we follow.
 
@@ -57,6 +57,25 @@ Clusters. The final empirical measure is summarised by its atoms:
 :func:`count_clusters` merges particles closer than ``tol`` (connected components
 of the ``|x_i - x_j| < tol`` graph, by min-label propagation inside
 ``lax.while_loop``).
+
+Transformations. Every number a researcher sweeps is traced (``jit``/``vmap``):
+``beta``, ``speed``, ``Q^T K`` and ``V`` of :func:`make_flow`, the perceptron's
+``scale`` and ``bias_std`` (:func:`random_perceptron`), the step size of :func:`solve`
+(give ``n_steps`` and ``dt`` or ``t1``: the step count is the only static number),
+``tol`` of :func:`count_clusters`. Strategies are values: ``solver=diffrax.Tsit5()``
+or any diffrax solver. :func:`solve` is reverse-mode differentiable (a ``lax.scan``
+of solver steps) in the flow's arrays, ``x0`` and the step size; :func:`energy` and
+:func:`velocity` too. :func:`count_clusters` is piecewise constant (its gradient is
+zero). Array-likes (lists) are accepted and converted once.
+
+>>> import jax, diffrax
+>>> from jaxsci.core.sphere import sample_uniform
+>>> from jaxsci.dynamics import particles as pt
+>>> flow = pt.make_flow(3, beta=1.0)
+>>> tr = pt.solve(flow, sample_uniform(jax.random.key(0), 16, 3), 20.0, 0.1,
+...               solver=diffrax.Tsit5())
+>>> int(pt.count_clusters(tr.final, 0.05)[0])
+1
 """
 
 from __future__ import annotations
@@ -170,12 +189,14 @@ def random_perceptron(
     *,
     bias_std: float | Float[Array, ""] = 0.5,
     activation: Activation = "relu",
-    dtype=jnp.float32,
+    dtype=None,
 ) -> Perceptron:
     """Random gradient perceptron: ``w_k ~ N(0, I/d)``, ``b_k ~ N(0, bias_std^2)``, ``c = scale``.
 
     ``scale`` and ``bias_std`` may be traced (swept under vmap); ``width`` is a shape.
+    ``dtype`` defaults to JAX's default float (float64 under ``jax_enable_x64``).
     """
+    dtype = jnp.result_type(float) if dtype is None else dtype
     check_key("key", key)
     d = check_int("d", d, min=2)
     width = check_int("width", width, min=1)
@@ -198,18 +219,26 @@ def make_flow(
     perceptron: Perceptron | None = None,
     normalisation: Normalisation = "mean",
     speed: float | Float[Array, ""] = 1.0,
-    dtype=jnp.float32,
+    dtype=None,
 ) -> ParticleFlow:
-    """Build a :class:`ParticleFlow`; ``qk`` (``Q^T K``) and ``value`` default to ``I``."""
+    """Build a :class:`ParticleFlow`; ``qk`` (``Q^T K``) and ``value`` default to ``I``.
+
+    ``beta``, ``speed``, ``qk`` and ``value`` may be traced (vmap over them);
+    ``normalisation`` (``"mean"``: USA / mean-field, ``"softmax"``: SA) is structural.
+    ``dtype`` defaults to JAX's default float (float64 under ``jax_enable_x64``).
+    Negative ``beta`` or non-positive ``speed`` raise, also inside ``jit``.
+    """
+    dtype = jnp.result_type(float) if dtype is None else dtype
     d = check_int("d", d, min=2)
     check_scalar("beta", beta, ge=0.0)
     check_choice("normalisation", normalisation, NORMALISATIONS)
     check_scalar("speed", speed, gt=0.0)
     eye = jnp.eye(d, dtype=dtype)
-    qk = eye if qk is None else check_array("qk", jnp.asarray(qk), shape=(d, d), dtype="floating")
+    qk = eye if qk is None else check_array("qk", jnp.asarray(qk, dtype), shape=(d, d),
+                                            dtype="floating")
     value = (
         eye if value is None
-        else check_array("value", jnp.asarray(value), shape=(d, d), dtype="floating")
+        else check_array("value", jnp.asarray(value, dtype), shape=(d, d), dtype="floating")
     )
     if perceptron is not None:
         if not isinstance(perceptron, Perceptron):
@@ -218,9 +247,11 @@ def make_flow(
             raise ValueError(
                 f"perceptron must act on d = {d}, got weights of shape {tuple(perceptron.w.shape)}"
             )
-    return ParticleFlow(
-        jnp.asarray(beta, dtype), qk, value, perceptron, jnp.asarray(speed, dtype), normalisation
-    )
+    beta = jnp.asarray(beta, dtype)
+    beta = eqx.error_if(beta, ~(beta >= 0), "beta must be >= 0 (and not NaN)")
+    speed = jnp.asarray(speed, dtype)
+    speed = eqx.error_if(speed, ~(speed > 0), "speed must be > 0 (and not NaN)")
+    return ParticleFlow(beta, qk, value, perceptron, speed, normalisation)
 
 
 # --------------------------------------------------------------------------- dynamics
@@ -243,7 +274,12 @@ def _raw_velocity(flow: ParticleFlow, x):
 
 
 def velocity(flow: ParticleFlow, x: Float[Array, "n d"]) -> Float[Array, "n d"]:
-    """The projected vector field ``P^perp_{x_i}(attention + perceptron)``."""
+    """The projected vector field ``P^perp_{x_i}(attention + perceptron)``.
+
+    Differentiable in ``flow``'s arrays and ``x``.
+    """
+    if not hasattr(x, "shape"):
+        x = jnp.asarray(x)
     _check_state(flow, x)
     return project_tangent(x, _raw_velocity(flow, x))
 
@@ -264,8 +300,10 @@ def energy(flow: ParticleFlow, x: Float[Array, "n d"]) -> Float[Array, ""]:
     """``E = (1/(2 beta n)) sum_ij exp(beta x_i^T Q^T K x_j) + sum_i perceptron potential``.
 
     At ``beta = 0`` the interaction term is replaced by its ``beta -> 0`` limit minus
-    the constant ``n/(2 beta)``: ``(1/(2n)) sum_ij <x_i, Q^T K x_j>``.
+    the constant ``n/(2 beta)``: ``(1/(2n)) sum_ij <x_i, Q^T K x_j>``. Differentiable
+    in ``flow``'s arrays and ``x``.
     """
+    x = jnp.asarray(x)
     n = x.shape[0]
     g = x @ flow.qk @ x.T
     beta = flow.beta
@@ -291,37 +329,84 @@ class Trajectory(NamedTuple):
 def solve(
     flow: ParticleFlow,
     x0: Float[Array, "n d"],
-    t1: float,
-    dt: float,
+    t1: float | Float[Array, ""] | None = None,
+    dt: float | Float[Array, ""] | None = None,
     *,
+    n_steps: int | None = None,
     n_save: int = 50,
     solver: diffrax.AbstractSolver | None = None,
 ) -> Trajectory:
-    """Integrate the flow from ``x0`` to ``t1`` with fixed steps ``dt`` and projection.
+    """Integrate the flow from ``x0`` with fixed steps and projection onto the sphere.
 
-    ``round(t1/dt)`` steps of ``solver`` (default ``diffrax.Tsit5()``), each followed
-    by renormalisation onto the sphere; ``n_save`` equally spaced states (plus
-    ``t = 0``) are kept with their energy. Jittable and vmappable over ``flow``'s
-    arrays and ``x0``; ``t1``, ``dt``, ``n_save`` are static.
+    Give two of ``t1`` (final time), ``dt`` (step size) and ``n_steps`` (step count):
+
+    * ``solve(flow, x0, t1, dt)``: ``round(t1 / dt)`` steps of size ``dt`` (``t1``, ``dt``
+      concrete numbers, as the step count is a shape);
+    * ``solve(flow, x0, dt=h, n_steps=k)`` or ``solve(flow, x0, t1, n_steps=k)``: ``k``
+      steps of size ``h`` (or ``t1 / k``); the step size / final time is traced, so
+      ``vmap`` over step sizes (or horizons) at a fixed step count works.
+
+    Each step of ``solver`` (any diffrax solver; default ``diffrax.Tsit5()``) is
+    followed by renormalisation onto the sphere; ``n_save`` equally spaced states
+    (plus ``t = 0``) are kept with their energy.
+
+    Args:
+      flow: the :class:`ParticleFlow` (traced: vmap over its arrays, e.g. ``beta``).
+      x0: ``(n, d)`` initial tokens on the unit sphere (array-like; checked also
+        inside ``jit``).
+      t1, dt, n_steps: two of them, as above.
+      n_save: saved states (static).
+      solver: a ``diffrax.AbstractSolver`` value.
+
+    Returns:
+      :class:`Trajectory` ``(ts, xs, energy, final)``. Reverse-mode differentiable in
+      ``flow``'s arrays, ``x0`` and the step size (``jax.grad`` through the ``lax.scan``).
     """
+    if not isinstance(x0, jax.Array):
+        x0 = jnp.asarray(x0)
     _check_state(flow, x0)
-    check_scalar("t1", t1, gt=0.0)
-    check_scalar("dt", dt, gt=0.0)
-    n_steps = max(1, int(round(float(t1) / float(dt))))
+    given = [v is not None for v in (t1, dt, n_steps)]
+    if sum(given) != 2:
+        raise ValueError("solve needs exactly two of t1, dt and n_steps, got "
+                         + ", ".join(n for n, g in zip(("t1", "dt", "n_steps"), given,
+                                                       strict=True) if g) or "none")
+    if n_steps is None:
+        check_scalar("t1", t1, gt=0.0)
+        check_scalar("dt", dt, gt=0.0)
+        if isinstance(t1, jax.core.Tracer) or isinstance(dt, jax.core.Tracer):
+            raise TypeError("t1 and dt are traced, but the step count round(t1 / dt) is a "
+                            "shape: pass n_steps= (static) with dt= or t1= to sweep them")
+        n_steps = max(1, int(round(float(t1) / float(dt))))
+        h = dt
+    else:
+        n_steps = check_int("n_steps", n_steps, min=1)
+        if dt is None:
+            check_scalar("t1", t1, gt=0.0)
+            h = jnp.asarray(t1, x0.dtype) / n_steps
+        else:
+            check_scalar("dt", dt, gt=0.0)
+            h = dt
     n_save = check_int("n_save", n_save, min=1)
     n_save = min(n_save, n_steps)
     if solver is None:
         solver = diffrax.Tsit5()
     if not isinstance(solver, diffrax.AbstractSolver):
-        raise TypeError(f"solver must be a diffrax solver, got {type(solver).__name__}")
-    return _solve(flow, x0, n_steps, float(dt), n_save, solver)
+        raise TypeError(f"solver must be a diffrax solver (e.g. diffrax.Tsit5()), got "
+                        f"{type(solver).__name__}")
+    return _solve(flow, x0, jnp.asarray(h, x0.dtype), n_steps, n_save, solver)
 
 
 @eqx.filter_jit
-def _solve(flow, x0, n_steps, dt, n_save, solver):
+def _solve(flow, x0, dt_arr, n_steps, n_save, solver):
+    dt_arr = eqx.error_if(dt_arr, ~(dt_arr > 0), "the step size (dt or t1 / n_steps) must "
+                          "be > 0")
+    norms = jnp.linalg.norm(x0, axis=-1)
+    atol = 1e-4 if x0.dtype == jnp.float32 else 1e-8
+    x0 = eqx.error_if(x0, ~jnp.all(jnp.abs(norms - 1) <= atol),
+                      "x0 must lie on the unit sphere (row norms 1)")
     term = diffrax.ODETerm(lambda t, y, args: project_tangent(y, _raw_velocity(args, y)))
-    dt_arr = jnp.asarray(dt, x0.dtype)
-    state0 = solver.init(term, 0.0, dt_arr, x0, flow)
+    t0 = jnp.zeros((), x0.dtype)
+    state0 = solver.init(term, t0, dt_arr, x0, flow)
     per_save = n_steps // n_save
     rest = n_steps - per_save * n_save
 
@@ -334,7 +419,6 @@ def _solve(flow, x0, n_steps, dt, n_save, solver):
         carry, _ = jax.lax.scan(step, carry, None, length=per_save)
         return carry, (carry[0], carry[1])
 
-    t0 = jnp.zeros((), x0.dtype)
     carry, (ts, xs) = jax.lax.scan(block, (t0, x0, state0), None, length=n_save)
     if rest:
         carry, _ = jax.lax.scan(step, carry, None, length=rest)
@@ -356,10 +440,14 @@ def count_clusters(
 
     Clusters are the connected components of the graph ``|x_i - x_j| < tol``; the
     label of a particle is the smallest index in its component. Jittable and
-    vmappable (``O(n^2)`` memory for the adjacency).
+    vmappable in ``x`` and ``tol`` (``O(n^2)`` memory for the adjacency); piecewise
+    constant, so its gradient is zero.
     """
+    if not hasattr(x, "shape"):
+        x = jnp.asarray(x)
     check_array("x", x, ndim=2, dtype="floating")
     check_scalar("tol", tol, gt=0.0)
+    tol = eqx.error_if(jnp.asarray(tol, x.dtype), ~(jnp.asarray(tol) > 0), "tol must be > 0")
     return _count_clusters(x, tol)
 
 

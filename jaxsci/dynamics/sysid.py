@@ -1,7 +1,7 @@
 r"""Input-output learning of nonlinear systems under sparse adversarial attacks.
 
 Paper: "Learning the input-output map of nonlinear systems under sparse
-adversarial attacks" (ICML 2026; abstract in ``shared/seeds/000_*.txt``): the
+adversarial attacks" (ICML 2026): the
 output of a nonlinear, partially observed system is written as a linear
 combination of basis functions of the last ``L`` inputs, and the parameters are
 estimated with the **l2-norm estimator**
@@ -41,11 +41,33 @@ What this module implements
   l2-norm problem is solved by iteratively reweighted least squares (IRLS,
   weights ``1 / max(||r_t||, eps)``: each step minimises the majoriser
   ``sum_t ||r_t||^2 / (2 w_t) + w_t / 2`` of the objective, so the objective never
-  increases), started from least squares, in one ``lax.while_loop``.
-  :func:`l2_objective` evaluates the objective for checks against cvxpy.
+  increases), started from least squares, in one ``lax.while_loop``. Its
+  ``result`` is a :data:`jaxsci.core.RESULTS` item (``throw=True`` raises on failure,
+  also inside ``jit``). :func:`l2_objective` evaluates the objective for checks
+  against cvxpy.
 
-Everything numerical is jittable and vmappable; arguments are validated at the
-Python boundary.
+Transformations. Everything numerical is jittable and vmappable; the numbers a
+researcher sweeps are traced: ``p`` and ``noise`` of :func:`simulate`, ``rho`` of
+:func:`make_system`, ``mean``/``corr`` of :func:`ar_inputs`, ``ridge``/``tol``/``eps``
+of the estimators; only shapes, ``L`` and ``max_iter`` are static. Differentiable
+(reverse mode): :func:`least_squares` in ``phi``/``y``/``ridge``, :func:`l2_objective`
+and :func:`prediction_error` in all arguments, :func:`simulate`'s outputs in ``u``,
+``noise`` and the system's matrices. The gradient of :func:`simulate` with respect to
+``p`` is zero by construction (the attack flags ``uniform < p`` are piecewise
+constant in ``p``), and :func:`l2_norm_estimator` is not reverse-differentiable (its
+``while_loop`` has no adjoint; differentiate :func:`l2_objective` at its ``theta``).
+Array-likes (lists, NumPy arrays) are accepted and converted once at the boundary.
+
+>>> import jax
+>>> from jaxsci.dynamics import sysid
+>>> system = sysid.make_system(jax.random.key(0), n_x=3, n_y=2, n_u=1, m=4, rho=0.5)
+>>> attack = sysid.Attack(delta=jax.numpy.ones((2, 4)), mean=jax.numpy.ones(2),
+...                       scale=1.0, corr=0.5)
+>>> u = sysid.ar_inputs(jax.random.key(1), 300, 1)
+>>> phi, y, y_clean, _ = sysid.simulate(jax.random.key(2), system, u, 4, 0.2, attack)
+>>> est = sysid.l2_norm_estimator(phi, y)
+>>> bool(est.result == sysid.RESULTS.successful)
+True
 """
 
 from __future__ import annotations
@@ -53,19 +75,24 @@ from __future__ import annotations
 import functools
 from typing import NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+import numpy as np
+from jaxtyping import Array, ArrayLike, Float
 
+from jaxsci.core.status import RESULTS, raise_if_failed
 from jaxsci.core.validation import check_array, check_int, check_key, check_scalar
 
 __all__ = [
+    "RESULTS",
     "RandomFeatures",
     "System",
     "Attack",
     "Estimate",
     "random_features",
     "apply_features",
+    "as_float_array",
     "lagged_features",
     "make_system",
     "markov_parameters",
@@ -106,14 +133,49 @@ def apply_features(feats: RandomFeatures, u: Float[Array, "... nu"]) -> Float[Ar
     return jnp.tanh(u @ feats.w.T + feats.b)
 
 
-def lagged_features(psi: Float[Array, "t m"], L: int) -> Float[Array, "tl lm"]:
+def as_float_array(name: str, value: ArrayLike, ndim: int) -> Float[Array, "..."]:
+    """``value`` (an array, a NumPy array or a nested list) as a floating JAX array.
+
+    Integer and bool inputs are cast to the default float dtype; the shape's rank is
+    checked, values are checked finite when concrete. Errors name ``name``.
+    """
+    if not hasattr(value, "shape") or not hasattr(value, "dtype"):
+        try:
+            value = np.asarray(value)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{name} must be an array (or a nested list of numbers), got "
+                            f"{type(value).__name__}") from exc
+        if value.dtype == object:
+            raise TypeError(f"{name} must be a rectangular array of numbers, got a ragged "
+                            f"or non-numeric {type(value).__name__}")
+    if not jnp.issubdtype(value.dtype, jnp.floating):
+        if not (jnp.issubdtype(value.dtype, jnp.integer) or value.dtype == bool):
+            raise TypeError(f"{name} must have a real floating dtype, got {value.dtype}")
+        value = jnp.asarray(value, jnp.result_type(float))
+    check_array(name, value, ndim=ndim, dtype="floating")
+    return jnp.asarray(value)
+
+
+def lagged_features(psi: Float[ArrayLike, "t m"], L: int) -> Float[Array, "tl lm"]:
     """Regressors ``phi_t = [psi_{t-1}; ...; psi_{t-L}]`` for ``t = L, ..., T-1``.
 
-    Row ``i`` of the result belongs to time ``t = L + i`` (the first ``L`` times lack a
-    full window), so ``y[L:]`` is the matching target.
+    This is the entry point for measured data: ``psi`` holds a feature map of each
+    input (``apply_features``, or the raw inputs ``u`` themselves for a linear map),
+    one row per time. Row ``i`` of the result belongs to time ``t = L + i`` (the first
+    ``L`` times lack a full window), so ``y[L:]`` is the matching target.
+
+    Args:
+      psi: ``(T, m)`` features per time (array-like).
+      L: memory length, ``1 <= L <= T - 1`` (static: it sets the output shape).
+
+    Returns:
+      ``(T - L, L * m)`` regressors; column block ``k - 1`` holds ``psi_{t-k}``.
     """
-    check_array("psi", psi, ndim=2, dtype="floating")
+    psi = as_float_array("psi", psi, 2)
     t_len = psi.shape[0]
+    if t_len < 2:
+        raise ValueError(f"psi must have at least 2 rows (times) to build one lagged "
+                         f"regressor, got shape {tuple(psi.shape)}")
     L = check_int("L", L, min=1, max=t_len - 1)
     # Column block k-1 holds psi_{t-k}: a static slice per lag.
     blocks = [psi[L - k : t_len - k] for k in range(1, L + 1)]
@@ -225,18 +287,26 @@ def simulate(
 
     Returns ``(phi, y, y_clean, attacked)`` for times ``t = L, ..., T-1``: regressors
     with memory ``L``, measured outputs, noise-free outputs, and the Bernoulli(``p``)
-    attack flags. Jittable in ``key``, ``u``, ``p``, ``noise`` (vmap over them for sweeps).
+    attack flags. Traced (jit/vmap) in ``key``, ``u``, ``p``, ``noise`` and the system
+    and attack parameters; ``L`` is static. Reverse-differentiable in ``u``, ``noise``
+    and the system; the gradient with respect to ``p`` is zero by construction (the
+    flags are ``uniform < p``). ``p`` outside ``[0, 1]`` or ``noise < 0`` raise, also
+    inside ``jit``/``vmap``.
     """
     check_key("key", key)
-    check_array("u", u, ndim=2, dtype="floating")
+    u = as_float_array("u", u, 2)
     L = check_int("L", L, min=1, max=u.shape[0] - 2)
     check_scalar("p", p, ge=0.0, le=1.0)
     check_scalar("noise", noise, ge=0.0)
-    return _simulate(key, system, u, L, p, attack, noise)
+    return _simulate(key, system, u, L, jnp.asarray(p, u.dtype), attack,
+                     jnp.asarray(noise, u.dtype))
 
 
 @functools.partial(jax.jit, static_argnums=3)
 def _simulate(key, system, u, L, p, attack, noise):
+    # Inside jit/vmap the range checks above see tracers: check values here too.
+    p = eqx.error_if(p, (p < 0) | (p > 1) | ~jnp.isfinite(p), "p must be in [0, 1]")
+    noise = eqx.error_if(noise, (noise < 0) | ~jnp.isfinite(noise), "noise must be >= 0")
     psi = apply_features(system.feats, u)
 
     def step(x, ps):
@@ -257,21 +327,41 @@ def _simulate(key, system, u, L, p, attack, noise):
 
 
 class Estimate(NamedTuple):
-    """Output of :func:`l2_norm_estimator`."""
+    """Output of :func:`l2_norm_estimator`.
+
+    ``result`` is a :data:`jaxsci.core.RESULTS` item: ``successful`` when the relative
+    objective change fell below ``tol`` (or the fit is exact), ``max_steps_reached``
+    after ``max_iter`` steps, ``nonfinite`` when the solve produced NaN/inf (singular
+    normal equations: collinear features; pass ``ridge > 0``).
+    """
 
     theta: Float[Array, "ny lm"]
     objective: Float[Array, ""]  # sum_t ||y_t - theta phi_t||_2 at theta
     iterations: Array
-    converged: Array  # relative objective change fell below tol
+    result: RESULTS
 
 
-def _check_data(phi, y):
-    check_array("phi", phi, ndim=2, dtype="floating")
-    check_array("y", y, ndim=2, dtype="floating")
-    if y.shape[0] != phi.shape[0]:
+def _check_data(phi, y, ridge):
+    """Convert and check ``(phi, y)``; ``ridge`` (maybe traced) must be > 0 when t < d."""
+    phi = as_float_array("phi", phi, 2)
+    y = as_float_array("y", y, 2)
+    t_len, d = phi.shape
+    if t_len == 0 or d == 0:
+        raise ValueError(f"phi must be non-empty (at least one sample row and one feature "
+                         f"column), got shape {tuple(phi.shape)}")
+    if y.shape[1] == 0:
+        raise ValueError(f"y must have at least one output column, got shape {tuple(y.shape)}")
+    if y.shape[0] != t_len:
         raise ValueError(
-            f"y must have one row per row of phi ({phi.shape[0]}), got shape {tuple(y.shape)}"
+            f"y must have one row per row of phi ({t_len}), got shape {tuple(y.shape)}"
         )
+    check_scalar("ridge", ridge, ge=0.0)
+    if t_len < d and not isinstance(ridge, jax.core.Tracer) and not float(ridge) > 0:
+        raise ValueError(
+            f"phi has fewer samples (rows) than features (columns): shape {tuple(phi.shape)}; "
+            f"Theta is not identifiable. Use more samples, a shorter memory L or fewer "
+            f"features, or pass ridge > 0")
+    return phi, y, jnp.asarray(ridge, phi.dtype)
 
 
 def _weighted_ls(phi, y, w, ridge, refine=2):
@@ -295,34 +385,58 @@ def _weighted_ls(phi, y, w, ridge, refine=2):
 
 
 def least_squares(
-    phi: Float[Array, "t d"], y: Float[Array, "t ny"], ridge: float = 0.0
+    phi: Float[ArrayLike, "t d"], y: Float[ArrayLike, "t ny"],
+    ridge: float | Float[Array, ""] = 0.0,
 ) -> Float[Array, "ny d"]:
-    """Ordinary least squares ``argmin sum_t ||y_t - Theta phi_t||^2`` (optional relative ridge)."""
-    _check_data(phi, y)
-    check_scalar("ridge", ridge, ge=0.0)
-    return _ls(phi, y, float(ridge))
+    """Ordinary least squares ``argmin sum_t ||y_t - Theta phi_t||^2``.
+
+    Args:
+      phi: ``(T, d)`` regressors (array-like), ``T >= d`` unless ``ridge > 0``.
+      y: ``(T, n_y)`` outputs.
+      ridge: relative ridge ``lambda = ridge * tr(phi^T phi) / d`` (traced: vmappable).
+
+    Returns:
+      ``Theta`` of shape ``(n_y, d)``. Reverse-differentiable in ``phi``, ``y`` and
+      ``ridge``. Singular normal equations (collinear features with ``ridge = 0``) raise,
+      also inside ``jit``, instead of returning NaN.
+    """
+    phi, y, ridge = _check_data(phi, y, ridge)
+    return _ls(phi, y, ridge)
 
 
-@functools.partial(jax.jit, static_argnums=2)
+@jax.jit
 def _ls(phi, y, ridge):
-    return _weighted_ls(phi, y, jnp.ones(phi.shape[0], phi.dtype), ridge)
+    theta = _weighted_ls(phi, y, jnp.ones(phi.shape[0], phi.dtype), ridge)
+    return eqx.error_if(theta, ~jnp.all(jnp.isfinite(theta)),
+                        "least_squares: the normal equations are singular (collinear "
+                        "features in phi); pass ridge > 0")
 
 
 def l2_objective(
-    theta: Float[Array, "ny d"], phi: Float[Array, "t d"], y: Float[Array, "t ny"]
+    theta: Float[ArrayLike, "ny d"], phi: Float[ArrayLike, "t d"], y: Float[ArrayLike, "t ny"]
 ) -> Float[Array, ""]:
-    """``sum_t ||y_t - Theta phi_t||_2`` (the l2-norm estimator's objective)."""
+    """``sum_t ||y_t - Theta phi_t||_2`` (the l2-norm estimator's objective).
+
+    Differentiable in every argument wherever no residual is exactly zero.
+    """
+    theta = as_float_array("theta", theta, 2)
+    phi = as_float_array("phi", phi, 2)
+    y = as_float_array("y", y, 2)
+    if theta.shape != (y.shape[1], phi.shape[1]):
+        raise ValueError(f"theta must have shape (n_y, d) = ({y.shape[1]}, {phi.shape[1]}), "
+                         f"got {tuple(theta.shape)}")
     return jnp.sum(jnp.linalg.norm(y - phi @ theta.T, axis=1))
 
 
 def l2_norm_estimator(
-    phi: Float[Array, "t d"],
-    y: Float[Array, "t ny"],
+    phi: Float[ArrayLike, "t d"],
+    y: Float[ArrayLike, "t ny"],
     *,
     max_iter: int = 200,
-    tol: float = 1e-7,
-    eps: float = 1e-8,
-    ridge: float = 0.0,
+    tol: float | Float[Array, ""] = 1e-7,
+    eps: float | Float[Array, ""] = 1e-8,
+    ridge: float | Float[Array, ""] = 0.0,
+    throw: bool = True,
 ) -> Estimate:
     """The l2-norm estimator ``argmin sum_t ||y_t - Theta phi_t||_2`` by IRLS.
 
@@ -330,16 +444,35 @@ def l2_norm_estimator(
     a weighted least-squares solve, where ``s`` is the mean output norm (so ``eps``
     is relative and the iteration is scale invariant). Stops when
     the relative objective decrease is below ``tol`` or after ``max_iter`` steps.
+
+    Args:
+      phi: ``(T, d)`` regressors (array-like; :func:`lagged_features` builds them from
+        measured inputs), ``T >= d`` unless ``ridge > 0``.
+      y: ``(T, n_y)`` measured outputs.
+      max_iter: IRLS step budget (static).
+      tol: relative objective change that stops the iteration (traced).
+      eps: relative residual floor of the weights (traced).
+      ridge: relative ridge of every weighted solve (traced).
+      throw: raise when ``result`` is not successful (also inside ``jit``); with
+        ``throw=False`` check ``est.result == RESULTS.successful`` yourself (one flag
+        per element under ``vmap``).
+
+    Returns:
+      :class:`Estimate` ``(theta, objective, iterations, result)``. Not
+      reverse-differentiable (the ``while_loop`` has no adjoint).
     """
-    _check_data(phi, y)
+    phi, y, ridge = _check_data(phi, y, ridge)
     max_iter = check_int("max_iter", max_iter, min=1)
     check_scalar("tol", tol, ge=0.0)
     check_scalar("eps", eps, gt=0.0)
-    check_scalar("ridge", ridge, ge=0.0)
-    return _irls(phi, y, max_iter, tol, eps, float(ridge))
+    if not isinstance(throw, bool):
+        raise TypeError(f"throw must be a bool, got {type(throw).__name__} {throw!r}")
+    est = _irls(phi, y, max_iter, jnp.asarray(tol, phi.dtype), jnp.asarray(eps, phi.dtype),
+                ridge)
+    return raise_if_failed(est, est.result, throw)
 
 
-@functools.partial(jax.jit, static_argnums=(2, 5))
+@functools.partial(jax.jit, static_argnums=2)
 def _irls(phi, y, max_iter, tol, eps, ridge):
     theta0 = _weighted_ls(phi, y, jnp.ones(phi.shape[0], phi.dtype), ridge)
     r0 = jnp.linalg.norm(y - phi @ theta0.T, axis=1)
@@ -365,10 +498,17 @@ def _irls(phi, y, max_iter, tol, eps, ridge):
         return (jnp.where(better, new, theta), jnp.where(better, new_obj, obj), obj, it + 1)
 
     init = (theta0, obj0, jnp.asarray(jnp.inf, obj0.dtype), jnp.asarray(0))
-    theta, obj, prev, it = jax.lax.while_loop(cond, body, init)
+    # A singular first solve (collinear features) gives NaN: skip the loop, report it.
+    init_ok = jnp.isfinite(obj0) & jnp.all(jnp.isfinite(theta0))
+    theta, obj, prev, it = jax.lax.cond(
+        init_ok, lambda s: jax.lax.while_loop(cond, body, s), lambda s: s, init)
     change = _rel_change(prev, obj, tiny)
     converged = (change <= tol) | (obj <= floor * phi.shape[0])
-    return Estimate(theta, obj, it, converged)
+    finite = jnp.isfinite(obj) & jnp.all(jnp.isfinite(theta))
+    result = RESULTS.where(
+        finite, RESULTS.where(converged, RESULTS.successful, RESULTS.max_steps_reached),
+        RESULTS.nonfinite)
+    return Estimate(theta, obj, it, result)
 
 
 def _rel_change(prev, obj, tiny):
@@ -378,9 +518,16 @@ def _rel_change(prev, obj, tiny):
 
 
 def prediction_error(
-    theta: Float[Array, "ny d"], phi: Float[Array, "t d"], y_clean: Float[Array, "t ny"]
+    theta: Float[ArrayLike, "ny d"], phi: Float[ArrayLike, "t d"],
+    y_clean: Float[ArrayLike, "t ny"],
 ) -> Float[Array, ""]:
-    """Relative RMS prediction error ``sqrt(sum ||Theta phi_t - y_t||^2 / sum ||y_t||^2)``."""
+    """Relative RMS prediction error ``sqrt(sum ||Theta phi_t - y_t||^2 / sum ||y_t||^2)``.
+
+    Differentiable in every argument.
+    """
+    theta = as_float_array("theta", theta, 2)
+    phi = as_float_array("phi", phi, 2)
+    y_clean = as_float_array("y_clean", y_clean, 2)
     num = jnp.sum(jnp.square(phi @ theta.T - y_clean))
     return jnp.sqrt(num / jnp.sum(jnp.square(y_clean)))
 

@@ -21,22 +21,23 @@ on beta, scale or seed), so cells differ only by the initial tokens.
 from __future__ import annotations
 
 import dataclasses
-import time
-from pathlib import Path
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
 
-from jaxsci.core import Report, product_grid, sweep
+from jaxsci.core import Claim, Context, Experiment, Metric, product_grid, sweep
 from jaxsci.core.results import pyplot
 from jaxsci.core.sphere import sample_uniform
 from jaxsci.core.validation import check_choice, check_int, check_scalar
 from jaxsci.dynamics import particles as pt
 
-__all__ = ["ParticlesConfig", "CONFIGS", "METRIC_KEYS", "run", "simulate", "get_config"]
+__all__ = ["ParticlesConfig", "CONFIGS", "EXPERIMENT", "run", "simulate"]
+
+# Attention alone merges its metastable clusters within t1 only at small beta (the
+# merging time grows exponentially with beta): the collapse claim reads beta <= this.
+COLLAPSE_BETA_MAX = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +58,7 @@ class ParticlesConfig:
     energy_rtol: float = 1e-5  # float32 round-off allowance for "never decreases"
     stationary_tol: float = 1e-5  # max |velocity| below which a run is at a critical point
 
-    def validate(self) -> ParticlesConfig:
+    def __post_init__(self):
         check_int("n", self.n, min=2)
         check_int("d", self.d, min=2)
         check_int("seeds", self.seeds, min=1)
@@ -78,7 +79,9 @@ class ParticlesConfig:
             check_int("widths[i]", w, min=1)
         for s in self.scales:
             check_scalar("scales[i]", s, gt=0.0)
-        return self
+        if round(self.t1 / self.dt) < 1:
+            raise ValueError(f"t1 / dt must give at least one step, got t1 = {self.t1}, "
+                             f"dt = {self.dt}")
 
 
 CONFIGS = {
@@ -93,18 +96,6 @@ CONFIGS = {
         seeds=16, t1=1000.0, dt=0.05, n_save=100,
     ),
 }
-
-METRIC_KEYS = (
-    "energy_monotone",
-    "clusters_attention_only",
-    "clusters_with_perceptron",
-    "atomic_fraction",
-    "stationary_fraction_attention_only",
-    "stationary_fraction_with_perceptron",
-    "support_spread_with_perceptron",
-    "clusters_attention_only_by_beta",
-)
-
 
 def simulate(key: jax.Array, config: ParticlesConfig, width: int | None) -> dict[str, np.ndarray]:
     """One sweep over (beta, scale, seed) for one perceptron width (``None``: attention only).
@@ -169,38 +160,31 @@ def hausdorff(a: np.ndarray, b: np.ndarray) -> float:
     return float(max(dist.min(1).max(), dist.min(0).max()))
 
 
-def run(
-    config: ParticlesConfig, out_dir: str | Path, *, seed: int = 0, progress: bool = True
-) -> Report:
-    """Run the sweep and write metrics, figures and report."""
-    config.validate()
-    check_int("seed", seed, min=0)
-    report = Report("particles: transformer particle flow with the perceptron block", out_dir)
-    key = jax.random.key(seed)
-    t0 = time.perf_counter()
+def run(config: ParticlesConfig, ctx: Context) -> dict:
+    """The sweep: attention only, then each perceptron width (one resumable cell each)."""
     jobs: list[int | None] = [None, *config.widths]
     results: dict[int | None, dict[str, np.ndarray]] = {}
-    for job in tqdm(jobs, desc="particles sweep", disable=not progress, leave=False):
-        results[job] = simulate(jax.random.fold_in(key, 0 if job is None else job), config, job)
-    wall = time.perf_counter() - t0
+    bar = ctx.bar(total=len(jobs), desc="particles: flows per perceptron width")
+    for job in jobs:
+        tag = "attention_only" if job is None else f"width{job}"
+        bar.set_postfix(job=tag)
+        results[job] = ctx.cell(tag, lambda job=job: simulate(
+            jax.random.fold_in(ctx.key, 0 if job is None else job), config, job))
+        bar.update()
+    bar.close()
 
     metrics = analyse(config, results)
-    metrics["wall_time_s"] = wall
-    metrics["config"] = dataclasses.asdict(config)
-    metrics["seed"] = seed
-    report.metrics = metrics
-    report.add_figure(
+    ctx.report.add_figure(
         plot_configurations(config, results), "final_configurations.png",
         "Final token configurations on S^2 (marker area: atom mass). Left: attention only; "
         "right: with the perceptron (same initial tokens).",
     )
-    report.add_figure(
+    ctx.report.add_figure(
         plot_cluster_counts(config, results), "cluster_counts.png",
         "Number of atoms at the final time over the sweep (median over seeds, bars: min-max).",
     )
-    report.add_text(summary_markdown(config, metrics))
-    report.write()
-    return report
+    ctx.report.add_text(summary_markdown(config, metrics))
+    return metrics
 
 
 def analyse(config: ParticlesConfig, results) -> dict:
@@ -236,6 +220,10 @@ def analyse(config: ParticlesConfig, results) -> dict:
         "support_spread_with_perceptron": float(np.median(spreads)) if spreads else 0.0,
         "support_match_fraction": float(np.mean(np.asarray(spreads) < 0.1)) if spreads else 1.0,
         "clusters_attention_only_by_beta": by_beta,
+        "clusters_attention_only_low_beta": max(
+            (k for b, k in zip(config.betas, by_beta, strict=True) if b <= COLLAPSE_BETA_MAX),
+            default=float("nan")),
+        "atomic_max": config.atomic_max,
         "betas": list(config.betas),
         "clusters_attention_only_all": att["clusters"],
         "max_velocity_attention_only": att["max_velocity"],
@@ -264,19 +252,20 @@ def plot_configurations(config, results):
         (per, (per["beta"] == b_hi) & (per["scale"] == s_hi) & (per["seed"] == 0),
          f"+ perceptron (m={w}, scale={float(s_hi)}), beta={b_hi}"),
     ]
-    fig = plt.figure(figsize=(13, 3.6), constrained_layout=True)
-    u, v = np.mgrid[0 : 2 * np.pi : 30j, 0 : np.pi : 15j]
-    for j, (res, mask, title) in enumerate(panels):
-        ax = fig.add_subplot(1, 4, j + 1, projection="3d")
+    # Lambert cylindrical equal-area map of S^2 (azimuth, x_3): 2-D axes whose labels
+    # read directly, and equal areas on the sphere are equal areas on the page.
+    fig, axes = plt.subplots(1, 4, figsize=(13, 3.6), constrained_layout=True, sharey=True)
+    for ax, (res, mask, title) in zip(axes, panels, strict=True):
         i = int(np.nonzero(mask)[0][0])
-        ax.plot_wireframe(np.cos(u) * np.sin(v), np.sin(u) * np.sin(v), np.cos(v),
-                          color="0.85", lw=0.4)
         final = res["final"][i]
-        if final.shape[1] >= 3:
-            pos, mass = atoms(final, res["labels"][i])
-            ax.scatter(*pos[:, :3].T, s=20 + 400 * mass, c="C3", depthshade=False)
+        pos, mass = atoms(final, res["labels"][i])
+        z = pos[:, 2] if pos.shape[1] >= 3 else np.zeros(len(pos))
+        ax.scatter(np.arctan2(pos[:, 1], pos[:, 0]), z, s=20 + 400 * mass, c="C3", clip_on=False)
+        ax.set_xlim(-np.pi, np.pi)
+        ax.set_ylim(-1.05, 1.05)
         ax.set_title(f"{title}\n{int(res['clusters'][i])} atom(s)", fontsize=8)
-        ax.set_axis_off()
+        ax.set_xlabel(r"azimuth $\arctan(x_2 / x_1)$ (rad)")
+        ax.set_ylabel(r"height $x_3$")
     return fig
 
 
@@ -322,12 +311,54 @@ def summary_markdown(config, m) -> str:
          f"{m['stationary_fraction_with_perceptron']:.3f}"),
         ("same atoms from other initial tokens: median Hausdorff distance / fraction < 0.1",
          f"{m['support_spread_with_perceptron']:.3g} / {m['support_match_fraction']:.3f}"),
-        ("wall time", f"{m['wall_time_s']:.1f} s"),
     ]
     return "| quantity | value |\n|---|---|\n" + "\n".join(f"| {a} | {b} |" for a, b in rows) + "\n"
 
 
-def get_config(name: str) -> ParticlesConfig:
-    check_choice("config", name, tuple(CONFIGS))
-    return CONFIGS[name]
+METRICS = (
+    Metric("energy_monotone", "fraction of runs whose energy never decreases (gradient flow)",
+           better="higher"),
+    Metric("energy_min_relative_increment", "most negative energy increment / |E| max"),
+    Metric("clusters_attention_only", "median atoms at t1, attention only", better="lower"),
+    Metric("clusters_with_perceptron", "median atoms at t1, with the perceptron"),
+    Metric("atomic_fraction", "fraction of perceptron runs with <= atomic_max atoms",
+           better="higher"),
+    Metric("atomic_max", "the 'atomic' bound on the number of atoms"),
+    Metric("stationary_fraction_attention_only", "fraction of attention-only runs at a "
+           "critical point (max |velocity| < stationary_tol)"),
+    Metric("stationary_fraction_with_perceptron", "same, with the perceptron",
+           better="higher"),
+    Metric("support_spread_with_perceptron", "median Hausdorff distance between the atoms "
+           "reached from different initial tokens", better="lower"),
+    Metric("support_match_fraction", "fraction of those distances below 0.1", better="higher"),
+    Metric("clusters_attention_only_by_beta", "median atoms at t1 per beta, attention only"),
+    Metric("clusters_attention_only_low_beta", f"largest median atom count over "
+           f"beta <= {COLLAPSE_BETA_MAX}, attention only", better="lower", finite=False),
+    Metric("betas", "inverse temperatures simulated"),
+)
 
+CLAIMS = (
+    Claim("energy_monotone", "The flow (attention with Q^T K = V = I and mean normalisation, "
+          "plus a gradient perceptron) is a gradient flow: its energy never decreases",
+          "energy_monotone == 1.0", note="float32 round-off allowance energy_rtol"),
+    Claim("attention_collapses", "Attention alone collapses the tokens to a single cluster",
+          "clusters_attention_only_low_beta == 1",
+          note=f"at beta <= {COLLAPSE_BETA_MAX}, whose metastable clusters merge within t1 "
+          "(merging is exponentially slow in beta)"),
+    Claim("perceptron_atomic", "With the perceptron the limit measures are atomic (a few atoms)",
+          "atomic_fraction >= 0.9 and clusters_with_perceptron <= atomic_max"),
+    Claim("perceptron_critical_points", "With the perceptron the flow stops at critical "
+          "points (velocity ~ 0), unlike attention alone",
+          "stationary_fraction_with_perceptron > stationary_fraction_attention_only"),
+)
+
+EXPERIMENT = Experiment(
+    name="particles",
+    title="Transformer particle flow on the sphere, with the perceptron block",
+    paper="Transformer forward pass as interacting particles on the sphere, with the "
+          "perceptron block (ICML 2026)",
+    configs=CONFIGS,
+    metrics=METRICS,
+    claims=CLAIMS,
+    run=run,
+)

@@ -137,7 +137,7 @@ def test_p_antipodal_limits_and_martingale():
     beta, gamma, sigma, d, rho0 = 2.0, 0.5, 1.0, 4, 0.2
     eps = np.geomspace(1e-12, 1.0, 40_000)
     rho = np.unique(np.concatenate([-1 + eps, 1 - eps]))
-    k, s = (np.asarray(v, np.float64) for v in nt._k(rho, beta, gamma, sigma, d))
+    k, s = (np.asarray(v, np.float64) for v in nt.two_token_terms(rho, beta, gamma, sigma, d))
     g = k / (sigma**2 * s * (1 - rho * rho))
     lam = np.concatenate([[0.0], np.cumsum(0.5 * (g[1:] + g[:-1]) * np.diff(rho))])
     dens = np.exp(-(lam - lam[np.searchsorted(rho, rho0)]))
@@ -167,3 +167,21 @@ def test_bad_inputs_raise():
         nt.run_layers(key, x, 2, 0.1, 1.0, 1.0, 1.0, noise="diag")
     with pytest.raises(TypeError, match="key must be a jax.random key"):
         nt.run_layers(1, x, 2, 0.1, 1.0, 1.0, 1.0)
+
+
+def test_lists_and_static_step_counts():
+    key = jax.random.key(0)
+    x = nt.two_tokens(0.0, 2)
+    a = nt.run_layers(key, np.asarray(x).tolist(), 3, 0.1, 1.0, 1.0, 1.0).final
+    b = nt.run_layers(key, x, 3, 0.1, 1.0, 1.0, 1.0).final
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+    bm = diffrax.VirtualBrownianTree(0.0, 1.0, tol=0.01, shape=(2, 2), key=jax.random.key(1))
+    with pytest.raises(TypeError, match="pass n_layers="):
+        jax.jit(lambda h: nt.layers_from_brownian(bm, x, 1.0, h, 1.0, 1.0, 1.0))(0.1)
+    # A traced layer step at a static depth: one program for every h.
+    out = jax.vmap(lambda h: nt.layers_from_brownian(bm, x, None, h, 1.0, 1.0, 1.0,
+                                                     n_layers=4))(jnp.array([0.1, 0.2]))
+    ref = nt.layers_from_brownian(bm, x, 0.4, 0.1, 1.0, 1.0, 1.0)
+    np.testing.assert_allclose(np.asarray(out[0]), np.asarray(ref), atol=1e-5)
+    with pytest.raises(TypeError, match="max_steps"):
+        jax.jit(lambda t: nt.solve_sde(x, t, 0.1, 1.0, 1.0, 1.0, bm=bm))(0.5)

@@ -109,27 +109,39 @@ def test_count_clusters_hand_made():
     assert int(pt.count_clusters(chain, 0.01)[0]) == 26
 
 
-def test_jit_equals_eager_and_vmap_equals_loop(x0, perceptron):
-    betas = jnp.array([0.5, 2.0, 4.0])
+def test_step_size_sweep_is_traced_at_fixed_step_count(x0):
+    # dt traced with a static n_steps: one compiled program for every step size, and
+    # n_steps steps of size dt end where the classic (t1, dt) call ends.
+    flow = pt.make_flow(D, 1.0)
+    dts = jnp.array([0.05, 0.1])
+    finals = jax.vmap(lambda h: pt.solve(flow, x0, dt=h, n_steps=10, n_save=2).final)(dts)
+    for i, h in enumerate((0.05, 0.1)):
+        ref = pt.solve(flow, x0, 10 * h, h, n_save=2).final
+        np.testing.assert_allclose(np.asarray(finals[i]), np.asarray(ref), atol=1e-5)
+    tr = pt.solve(flow, x0, 1.0, n_steps=10, n_save=2)
+    assert float(tr.ts[-1]) == pytest.approx(1.0, rel=1e-6)
+    with pytest.raises(TypeError, match="pass n_steps="):
+        jax.jit(lambda h: pt.solve(flow, x0, 1.0, h).final)(0.1)
+    with pytest.raises(ValueError, match="exactly two of t1, dt and n_steps"):
+        pt.solve(flow, x0, 1.0, 0.1, n_steps=10)
 
-    def final(beta):
-        flow = pt.make_flow(D, beta, perceptron=perceptron)
-        return pt.solve(flow, x0, 0.5, 0.05, n_save=2).final
 
-    batched = jax.vmap(final)(betas)
-    for i in range(3):
-        eager = final(float(betas[i]))
-        np.testing.assert_allclose(np.asarray(batched[i]), np.asarray(eager), atol=1e-5)
-    jitted = jax.jit(final)(betas[1])
-    np.testing.assert_allclose(np.asarray(jitted), np.asarray(batched[1]), atol=1e-5)
+def test_value_checks_fire_inside_jit(x0):
+    flow = pt.make_flow(D, 1.0)
+    f = jax.jit(lambda x: pt.solve(flow, x, 0.2, 0.1, n_save=1).final)
+    with pytest.raises(Exception, match="x0 must lie on the unit sphere"):
+        jax.block_until_ready(f(2.0 * x0))
+    g = jax.jit(lambda b: pt.make_flow(D, b).beta)
+    with pytest.raises(Exception, match="beta must be >= 0"):
+        jax.block_until_ready(g(-1.0))
 
 
-def test_determinism_under_key():
-    p1 = pt.random_perceptron(jax.random.key(3), D, 4, 1.0)
-    p2 = pt.random_perceptron(jax.random.key(3), D, 4, 1.0)
-    p3 = pt.random_perceptron(jax.random.key(4), D, 4, 1.0)
-    np.testing.assert_array_equal(np.asarray(p1.w), np.asarray(p2.w))
-    assert not np.allclose(np.asarray(p1.w), np.asarray(p3.w))
+def test_lists_are_accepted(x0):
+    flow = pt.make_flow(D, 1.0)
+    a = pt.solve(flow, np.asarray(x0).tolist(), 0.2, 0.1, n_save=1).final
+    b = pt.solve(flow, x0, 0.2, 0.1, n_save=1).final
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+    assert int(pt.count_clusters(np.asarray(b).tolist(), 1e-3)[0]) >= 1
 
 
 def test_bad_inputs_raise(x0, perceptron):

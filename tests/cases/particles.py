@@ -1,0 +1,66 @@
+"""Property cases for :mod:`jaxsci.dynamics.particles` (see ``tests/properties.py``)."""
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+from properties import Bad, Case
+
+from jaxsci.dynamics import particles as pt
+
+N, D = 5, 3
+
+
+def _x0():
+    x = np.random.default_rng(0).normal(size=(N, D))
+    return jnp.asarray(x / np.linalg.norm(x, axis=1, keepdims=True), float)
+
+
+def _flow(beta=1.0):
+    per = pt.random_perceptron(jax.random.key(0), D, 3, 0.5)
+    return pt.make_flow(D, jnp.asarray(beta), perceptron=per)
+
+
+def _solve_kwargs():
+    return {"flow": _flow(), "x0": _x0(), "dt": jnp.asarray(0.1), "n_steps": 6, "n_save": 2,
+            "solver": diffrax.Tsit5()}
+
+
+def _flow_beta(beta):
+    return pt.make_flow(D, beta)
+
+
+CASES = [
+    Case("particles.solve", pt.solve, _solve_kwargs,
+         out=lambda tr: (tr.final, tr.energy), vmap=("flow", "x0", "dt"),
+         batch={"flow": lambda f: jax.vmap(_flow)(jnp.array([0.5, 1.0, 2.0])),
+                "x0": lambda x: jnp.stack([x, x[::-1], -x])},
+         grad=("flow", "dt"), fd_rtol=1e-5,
+         loss=lambda y: jnp.sum(y[0] * jnp.arange(N * D).reshape(N, D)) + y[1][-1],
+         bad=(Bad({"x0": 2.0 * _x0()}, ValueError, "x must lie on the unit sphere"),
+              Bad({"x0": 2.0 * _x0()}, Exception, "x0 must lie on the unit sphere", jit=True),
+              Bad({"dt": jnp.asarray(-0.1)}, Exception, "step size .* must be > 0", jit=True),
+              Bad({"solver": "tsit5"}, TypeError, "solver must be a diffrax solver"))),
+    Case("particles.make_flow", _flow_beta, lambda: {"beta": jnp.asarray(2.0)},
+         out=lambda f: (f.beta, f.qk), vmap=("beta",),
+         bad=(Bad({"beta": -1.0}, ValueError, "beta must be >= 0"),
+              Bad({"beta": jnp.asarray(-1.0)}, Exception, "beta must be >= 0", jit=True))),
+    Case("particles.velocity", pt.velocity, lambda: {"flow": _flow(), "x": _x0()},
+         vmap=("x",), batch={"x": lambda x: jnp.stack([x, x[::-1], jnp.roll(x, 1, 0)])},
+         grad=("flow", "x"),
+         bad=(Bad({"x": jnp.ones((N, 4))}, ValueError, r"x must have shape \(n, 3\)"),)),
+    Case("particles.energy", pt.energy, lambda: {"flow": _flow(), "x": _x0()},
+         vmap=("x",), batch={"x": lambda x: jnp.stack([x, x[::-1], -x])},
+         grad=("flow", "x")),
+    Case("particles.random_perceptron", pt.random_perceptron,
+         lambda: {"key": jax.random.key(1), "d": D, "width": 4,
+                  "scale": jnp.asarray(1.5), "bias_std": jnp.asarray(0.5)},
+         out=lambda p: (p.w, p.b, p.c), vmap=("scale", "bias_std", "key"),
+         grad=("scale", "bias_std"), key="key",
+         bad=(Bad({"activation": "gelu"}, ValueError, "activation must be one of"),)),
+    Case("particles.count_clusters", pt.count_clusters,
+         lambda: {"x": jnp.concatenate([_x0(), _x0()]), "tol": jnp.asarray(0.05)},
+         vmap=("tol",), zero_grad=("x",), loss=lambda y: jnp.sum(y[0]).astype(float),
+         bad=(Bad({"tol": -1.0}, ValueError, "tol must be > 0"),
+              Bad({"tol": jnp.asarray(-1.0)}, Exception, "tol must be > 0", jit=True))),
+]

@@ -62,7 +62,8 @@ def _figure_labels(fig):
     out = []
     suptitle = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) else ""
     for ax in fig.axes:
-        if ax.get_label() == "<colorbar>" or not ax.get_visible() or not ax.axison:
+        three_d = getattr(ax, "name", "") == "3d"
+        if ax.get_label() == "<colorbar>" or not ax.get_visible() or not (ax.axison or three_d):
             continue
         title = ax.get_title() or ax.get_title("left") or ax.get_title("right") or suptitle
         out.append({"title": title, "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(),
@@ -102,15 +103,19 @@ def smoke_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def run_experiment(tmp_path_factory):
+def run_experiment(tmp_path_factory, smoke_run):
     """``run_experiment(module, size)``: run that config into a fresh folder.
 
-    Returns ``(folder, metrics)``; shared by the experiment tests' smoke fixtures.
+    Returns ``(folder, metrics)``; the smoke size reuses ``smoke_run``'s run (one smoke
+    run per experiment and worker).
     """
 
     from jaxsci.core import run_experiment
 
     def run(module, size):
+        name = module.__name__.rsplit(".", 1)[-1]
+        if size == "smoke":
+            return smoke_run(name)[:2]
         out = tmp_path_factory.mktemp(f"{module.__name__.rsplit('.', 1)[-1]}_{size}")
         run_experiment(module.EXPERIMENT, size, out, progress=False)
         return out, json.loads((out / "metrics.json").read_text())

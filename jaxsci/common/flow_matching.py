@@ -20,7 +20,9 @@ I-CFM of Tong et al., TMLR 2024). Time runs from the source (``t = 0``) to the d
   Gaussians), which the tests use.
 
 Deterministic sampler: ``dx/dt = v(t, x)`` from ``x_0 ~ q_0``, solved with diffrax at
-a constant step (``solver`` in euler / heun / midpoint / tsit5).
+a constant step; ``solver`` is a diffrax solver object (``diffrax.Euler()``,
+``diffrax.Heun()``, ...), a value like every strategy here; :data:`SOLVERS` maps the
+names experiment configs use to solver objects and their velocity calls per step.
 
 Stochastic flow with the same marginals (Song et al. 2021, "probability-flow" duality;
 the SMC paper's intermediate-stage flow): for any ``g(t)``,
@@ -52,6 +54,8 @@ from jaxsci.core.validation import check_array, check_choice, check_int, check_k
 __all__ = [
     "VelocityFn",
     "SOLVERS",
+    "EULER",
+    "solver_from_name",
     "interpolate",
     "target_velocity",
     "cfm_loss",
@@ -64,12 +68,33 @@ __all__ = [
 
 VelocityFn = Callable[[Float[Array, " n"], Float[Array, "n d"]], Float[Array, "n d"]]
 
+# name -> (solver class, velocity evaluations per step); for experiment configs and nfe.
 SOLVERS = {
     "euler": (diffrax.Euler, 1),
     "midpoint": (diffrax.Midpoint, 2),
     "heun": (diffrax.Heun, 2),
     "tsit5": (diffrax.Tsit5, 6),
 }
+
+
+EULER = diffrax.Euler()  # the default solver (a value; module-level so defaults share it)
+
+
+def solver_from_name(name: str) -> diffrax.AbstractSolver:
+    """The diffrax solver object for a config's solver name (``euler`` ... ``tsit5``)."""
+    check_choice("solver", name, tuple(SOLVERS))
+    return SOLVERS[name][0]()
+
+
+def _check_solver(solver: object) -> diffrax.AbstractSolver:
+    if isinstance(solver, str):
+        raise TypeError(
+            f"solver must be a diffrax solver object (e.g. diffrax.Heun()), got the string "
+            f"{solver!r}; configs map names with flow_matching.solver_from_name")
+    if not isinstance(solver, diffrax.AbstractSolver):
+        raise TypeError(f"solver must be a diffrax solver object (e.g. diffrax.Euler()), got "
+                        f"{type(solver).__name__}")
+    return solver
 
 
 def _check_pair(x0, x1):
@@ -100,6 +125,16 @@ def cfm_loss(
 
     ``mean_i mean_j (v(t_i, x_{t_i})_j - (x_1 - x_0)_{ij})^2``; pair ``x0`` with
     ``x1`` however the coupling says (independent draws: I-CFM).
+
+    Args:
+      velocity_fn: ``v(t, x)``; pass an equinox module (or a closure over arrays) to
+        differentiate with respect to its parameters.
+      x0, x1: paired source and data samples ``(n, d)``.
+      t: one time per pair ``(n,)``.
+
+    Returns:
+      the scalar loss; differentiable with respect to the velocity's parameters,
+      ``x0``, ``x1`` and ``t``.
     """
     _check_pair(x0, x1)
     check_array("t", t, shape=(x0.shape[0],), dtype="floating")
@@ -115,10 +150,23 @@ def sample_time(key: jax.Array, n: int) -> Float[Array, " n"]:
     return jax.random.uniform(key, (n,))
 
 
-def nfe(solver: str, steps: int) -> int:
-    """Velocity evaluations a fixed-step ``solver`` spends on ``steps`` steps."""
-    check_choice("solver", solver, tuple(SOLVERS))
-    return SOLVERS[solver][1] * check_int("steps", steps, min=1)
+def nfe(solver: diffrax.AbstractSolver, steps: int) -> int:
+    """Velocity evaluations a fixed-step ``solver`` (one of :data:`SOLVERS`) spends on
+    ``steps`` steps.
+
+    Args:
+      solver: a diffrax solver object of a class in :data:`SOLVERS`.
+      steps: the number of constant steps.
+
+    Returns:
+      the number of velocity-function calls, an ``int``.
+    """
+    _check_solver(solver)
+    per = {cls: k for cls, k in SOLVERS.values()}
+    if type(solver) not in per:
+        raise ValueError(f"solver: evaluations per step are known for "
+                         f"{sorted(c.__name__ for c in per)}, got {type(solver).__name__}")
+    return per[type(solver)] * check_int("steps", steps, min=1)
 
 
 def _batched(velocity_fn: VelocityFn, shape: tuple[int, ...]):
@@ -138,17 +186,27 @@ def sample_ode(
     t0: float | Float[Array, ""] = 0.0,
     t1: float | Float[Array, ""] = 1.0,
     steps: int = 50,
-    solver: str = "euler",
+    solver: diffrax.AbstractSolver = EULER,
     save_ts: Float[Array, " k"] | None = None,
 ) -> Float[Array, "n d"] | Float[Array, "k n d"]:
     """Integrate ``dx/dt = v(t, x)`` from ``t0`` to ``t1`` at a constant step.
 
-    Returns the state at ``t1``, or at each of ``save_ts`` (stacked first) when
-    given. ``t0``, ``t1`` may be traced (SMC stages); ``steps`` is static.
+    Args:
+      velocity_fn: ``v(t, x)``; an equinox module's array leaves are differentiable.
+      x0: the state at ``t0``, ``(n, d)``.
+      t0, t1: start and end times; traced (vmappable, e.g. SMC stages).
+      steps: constant steps (static).
+      solver: a diffrax solver object (default ``diffrax.Euler()``).
+      save_ts: times to save at, or None for ``t1`` only.
+
+    Returns:
+      the state at ``t1`` ``(n, d)``, or at each of ``save_ts`` ``(k, n, d)``.
+      Differentiable in reverse mode with respect to ``x0``, ``t0``, ``t1`` and the
+      velocity's parameters (diffrax's ``RecursiveCheckpointAdjoint``).
     """
     check_array("x0", x0, ndim=2, dtype="floating")
     steps = check_int("steps", steps, min=1)
-    check_choice("solver", solver, tuple(SOLVERS))
+    solver = _check_solver(solver)
     check_scalar("t0", t0)
     check_scalar("t1", t1)
     shape = x0.shape
@@ -157,7 +215,7 @@ def sample_ode(
     t1 = jnp.asarray(t1, x0.dtype)
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(_batched(velocity_fn, shape)),
-        SOLVERS[solver][0](),
+        solver,
         t0,
         t1,
         (t1 - t0) / steps,
@@ -226,6 +284,18 @@ def sample_sde(
     ``dX = [v - eta (X - t v - mu_0)] dt + sigma_0 sqrt(2 eta (1 - t)) dW``
     (module docstring). ``noise = eta = 0`` reduces to Euler on the ODE. ``x0`` is
     the state at ``t0`` (not necessarily a source sample).
+
+    Args:
+      velocity_fn: ``v(t, x)``.
+      x0: the state at ``t0``, ``(n, d)``.
+      key: the Brownian path's key (same key, same path).
+      noise: ``eta >= 0``; traced (vmappable).
+      t0, t1: start and end times; traced.
+      steps: Euler-Maruyama steps (static).
+      source_mean, source_std: the Gaussian source's parameters.
+
+    Returns:
+      the state at ``t1``, ``(n, d)``.
     """
     check_array("x0", x0, ndim=2, dtype="floating")
     check_key("key", key)

@@ -1,7 +1,7 @@
 r"""Regime-aware conditional flow matching for trajectories of many systems-biology ODEs.
 
 Paper: "Predicting long-horizon trajectories of biological dynamical systems ...
-conditional flow matching" (ICML 2026; abstract in ``shared/seeds/000_*.txt``). A
+conditional flow matching" (ICML 2026). A
 benchmark of >= 1000 ODE models from parameterised families, and a trajectory
 predictor that, given a *context window*, generates the *future window* with
 conditional flow matching whose **source** is a structured regime prior (a trend or
@@ -55,8 +55,8 @@ MAE is that of the sample mean, CRPS the sample estimate
 
 from __future__ import annotations
 
-import dataclasses
-import functools
+import abc
+import typing
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -83,6 +83,9 @@ __all__ = [
     "RegimePrior",
     "PriorFit",
     "regime_prior",
+    "AbstractSource",
+    "GaussianSource",
+    "RegimeSource",
     "ConditionalVelocity",
     "cfm_loss",
     "sample_forecast",
@@ -431,8 +434,7 @@ PRIOR_CANDIDATES = ("persistence", "damped_trend", "saturating", "damped_oscilla
                     "sinusoid")
 
 
-@dataclasses.dataclass(frozen=True)
-class RegimePrior:
+class RegimePrior(eqx.Module):
     """Options of the structured regime prior (module docstring; all our choices).
 
     ``candidates``: extrapolation rules among :data:`PRIOR_CANDIDATES`. ``backtest``:
@@ -442,22 +444,29 @@ class RegimePrior:
     of the damped trend (Gardner-McKenzie). ``trend_window``: points of the trend's
     line fit. ``sigma_scale``, ``sigma_min``: source width
     ``max(sigma_min, sigma_scale * rmse_backtest * sqrt(h / b))`` at horizon step h.
+
+    A value (an equinox Module): ``temperature``, ``phi``, ``sigma_scale`` and
+    ``sigma_min`` are array leaves, so ``vmap`` over them works (a sweep of the
+    prior's width or combination temperature is one program); ``candidates``,
+    ``backtest``, ``trend_window`` and ``n_freq`` set shapes and are static. Values
+    are checked at construction when concrete.
     """
 
-    candidates: tuple[str, ...] = ("persistence", "damped_trend", "saturating",
-                                   "damped_oscillation")
-    backtest: int = 8
-    temperature: float = 0.5
-    phi: float = 0.9
-    trend_window: int = 8
-    sigma_scale: float = 1.0
-    sigma_min: float = 0.1
-    n_freq: int = 64
+    candidates: tuple[str, ...] = eqx.field(
+        static=True, default=("persistence", "damped_trend", "saturating", "damped_oscillation"))
+    backtest: int = eqx.field(static=True, default=8)
+    temperature: float | Array = 0.5
+    phi: float | Array = 0.9
+    trend_window: int = eqx.field(static=True, default=8)
+    sigma_scale: float | Array = 1.0
+    sigma_min: float | Array = 0.1
+    n_freq: int = eqx.field(static=True, default=64)
 
-    def validate(self) -> RegimePrior:
-        if not self.candidates or any(c not in PRIOR_CANDIDATES for c in self.candidates):
-            raise ValueError(f"candidates must be a non-empty subset of {list(PRIOR_CANDIDATES)},"
-                             f" got {self.candidates!r}")
+    def __check_init__(self):
+        if (not isinstance(self.candidates, tuple) or not self.candidates
+                or any(c not in PRIOR_CANDIDATES for c in self.candidates)):
+            raise ValueError(f"candidates must be a non-empty tuple from "
+                             f"{list(PRIOR_CANDIDATES)}, got {self.candidates!r}")
         check_int("backtest", self.backtest, min=1)
         check_int("trend_window", self.trend_window, min=2)
         check_int("n_freq", self.n_freq, min=2)
@@ -465,7 +474,6 @@ class RegimePrior:
         check_scalar("phi", self.phi, gt=0.0, le=1.0)
         check_scalar("sigma_scale", self.sigma_scale, ge=0.0)
         check_scalar("sigma_min", self.sigma_min, gt=0.0)
-        return self
 
 
 class PriorFit(NamedTuple):
@@ -479,21 +487,38 @@ class PriorFit(NamedTuple):
 
 
 def regime_prior(
-    context: Float[Array, "m C"], horizon: int, spec: RegimePrior = RegimePrior()
+    context: Float[Array, "m C"], horizon: int, spec: RegimePrior | None = None
 ) -> PriorFit:
-    """The structured regime prior of every context (module docstring), vmapped."""
+    """The structured regime prior of every context (module docstring), vmapped.
+
+    Args:
+      context: context windows ``(m, C)``, ``C >= 4``.
+      horizon: forecast steps ``H`` (static).
+      spec: a :class:`RegimePrior` (default ``RegimePrior()``); its numbers are traced.
+
+    Returns:
+      a :class:`PriorFit`; differentiable in ``context`` almost everywhere (the
+      frequency and damping grid searches are argmins: piecewise constant choices).
+    """
+    spec = RegimePrior() if spec is None else spec
     check_array("context", context, ndim=2, dtype="floating")
     if context.shape[1] < 4:
         raise ValueError(f"context must have at least 4 time steps, got shape {context.shape}")
     horizon = check_int("horizon", horizon, min=1)
-    spec.validate()
+    _check_spec(spec)
     if spec.backtest > context.shape[1] - 4:
         raise ValueError(f"backtest must be <= context length - 4 = {context.shape[1] - 4}, "
                          f"got {spec.backtest}")
     return _prior_jit(context, horizon, spec)
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2))
+def _check_spec(spec):
+    if not isinstance(spec, RegimePrior):
+        raise TypeError(f"spec must be a RegimePrior, got {type(spec).__name__}")
+    return spec
+
+
+@eqx.filter_jit
 def _prior_jit(context, horizon, spec):
     return jax.vmap(lambda c: _prior_one(c, horizon, spec))(context)
 
@@ -629,10 +654,10 @@ def _prior_one(c, horizon, spec):
     fns = [_CANDIDATE_FNS[name] for name in spec.candidates]
     back = jnp.stack([f(fit, b, spec) for f in fns])  # (K, b): no peeking past the context
     err = jnp.mean(jnp.abs(back - held), 1)
-    if spec.temperature > 0:
-        w = jax.nn.softmax(-err / (spec.temperature * jnp.min(err) + 1e-6))
-    else:
-        w = jax.nn.one_hot(jnp.argmin(err), len(fns), dtype=c.dtype)
+    temp = jnp.asarray(spec.temperature, c.dtype)
+    # Traced temperature (vmappable): T = 0 selects the best rule, by a select not an if.
+    soft = jax.nn.softmax(-err / (temp * jnp.min(err) + 1e-6))
+    w = jnp.where(temp > 0, soft, jax.nn.one_hot(jnp.argmin(err), len(fns), dtype=c.dtype))
     mean = w @ jnp.stack([f(c, horizon, spec) for f in fns])
     rmse = jnp.sqrt(jnp.mean((w @ back - held) ** 2))
     h = jnp.arange(1, horizon + 1, dtype=c.dtype)
@@ -650,7 +675,8 @@ class ConditionalVelocity(eqx.Module):
                  n_freq: int = 4, *, key):
         check_int("horizon", horizon, min=1)
         check_int("context", context, min=1)
-        self.freqs = 2.0 * jnp.pi * jnp.arange(1, n_freq + 1, dtype=jnp.float32)
+        # The default float dtype (float64 under x64), so gradient checks run in float64.
+        self.freqs = 2.0 * jnp.pi * jnp.arange(1, n_freq + 1, dtype=float)
         self.mlp = eqx.nn.MLP(horizon + context + 2 * n_freq + 1, horizon, width, depth,
                               activation=jax.nn.silu, key=key)
 
@@ -661,59 +687,116 @@ class ConditionalVelocity(eqx.Module):
         return jax.vmap(self.mlp)(h)
 
 
-def _source(key, context, horizon, source, spec, prior):
-    eps = jax.random.normal(key, (context.shape[0], horizon))
-    if source == "gaussian":
-        return eps
-    if prior is None:
-        prior = _prior_jit(context, horizon, spec)
-    mean, sigma = prior[0], prior[1]
-    return mean + sigma * eps
+class AbstractSource(eqx.Module):
+    """The flow's source distribution given the contexts: ``source(key, context, horizon,
+    prior) -> x0 (n, H)``. A value: its parameters are pytree leaves."""
+
+    @abc.abstractmethod
+    def __call__(self, key: jax.Array, context: Float[Array, "n C"], horizon: int,
+                 prior: PriorFit | tuple[Array, Array] | None) -> Float[Array, "n H"]:
+        raise NotImplementedError
 
 
-def _check_source(source, spec, prior, context, horizon):
-    if source not in ("gaussian", "regime"):
-        raise ValueError(f"source must be one of ['gaussian', 'regime'], got {source!r}")
-    spec.validate()
+@typing.final
+class GaussianSource(AbstractSource):
+    """The usual CFM source ``N(0, I)`` (ignores the context); the paper's baseline."""
+
+    def __call__(self, key, context, horizon, prior):
+        return jax.random.normal(key, (context.shape[0], horizon))
+
+
+@typing.final
+class RegimeSource(AbstractSource):
+    """The paper's structured source ``m(c) + sigma(h) eps`` of the regime prior ``spec``.
+
+    ``prior``, when given, is the contexts' precomputed :func:`regime_prior` (its
+    ``mean`` and ``sigma``), to skip refitting it at every training step.
+    """
+
+    spec: RegimePrior = RegimePrior()
+
+    def __call__(self, key, context, horizon, prior):
+        eps = jax.random.normal(key, (context.shape[0], horizon))
+        if prior is None:
+            prior = _prior_jit(context, horizon, self.spec)
+        return prior[0] + prior[1] * eps
+
+
+def _check_source(source, prior, context, horizon):
+    if not isinstance(source, AbstractSource):
+        raise TypeError(f"source must be an AbstractSource (GaussianSource(), RegimeSource()), "
+                        f"got {type(source).__name__} {source!r}")
+    if isinstance(source, RegimeSource):
+        _check_spec(source.spec)
     if prior is not None:
         check_array("prior.mean", prior[0], shape=(context.shape[0], horizon))
         check_array("prior.sigma", prior[1], shape=(context.shape[0], horizon))
+    return source
 
 
 def cfm_loss(
     model: ConditionalVelocity, key: jax.Array, context: Float[Array, "n C"],
-    future: Float[Array, "n H"], *, source: str = "regime", spec: RegimePrior = RegimePrior(),
+    future: Float[Array, "n H"], *, source: AbstractSource | None = None,
     prior: PriorFit | tuple[Array, Array] | None = None,
 ) -> Float[Array, ""]:
-    """CFM loss from the chosen source (``"gaussian"`` or ``"regime"``) to the future.
+    """CFM loss from ``source`` (default ``RegimeSource()``) to the future windows.
 
-    ``prior``: the contexts' precomputed :func:`regime_prior` (its ``mean`` and
-    ``sigma``), to skip refitting it every step; computed from ``spec`` when ``None``.
+    Args:
+      model: the conditional velocity (an equinox module: differentiate wrt it).
+      key: the source draws' and times' key.
+      context, future: windows ``(n, C)`` and ``(n, H)``.
+      source: :class:`GaussianSource` or :class:`RegimeSource` (or your own).
+      prior: the contexts' precomputed :func:`regime_prior` (``mean``, ``sigma``) for
+        the regime source; refitted from the source's spec when ``None``.
+
+    Returns:
+      the scalar loss; differentiable wrt ``model``, ``future`` and ``prior``.
     """
+    source = RegimeSource() if source is None else source
+    check_key("key", key)
+    check_array("context", context, ndim=2, dtype="floating")
+    check_array("future", future, shape=(context.shape[0], None), dtype="floating")
+    _check_source(source, prior, context, future.shape[1])
     ks, kt = jax.random.split(key)
-    x0 = _source(ks, context, future.shape[1], source, spec, prior)
+    x0 = source(ks, context, future.shape[1], prior)
     return fm.cfm_loss(lambda t, x: model(t, x, context), x0, future,
                        fm.sample_time(kt, future.shape[0]))
 
 
 def sample_forecast(
     model: ConditionalVelocity, key: jax.Array, context: Float[Array, "m C"], horizon: int,
-    n_samples: int, *, source: str = "regime", spec: RegimePrior = RegimePrior(),
+    n_samples: int, *, source: AbstractSource | None = None,
     prior: PriorFit | tuple[Array, Array] | None = None, steps: int = 20,
+    solver: diffrax.AbstractSolver = fm.EULER,
 ) -> Float[Array, "s m H"]:
-    """``n_samples`` forecasts per context by the ODE sampler (from the chosen source)."""
+    """``n_samples`` forecasts per context by the ODE sampler (from ``source``).
+
+    Args:
+      model: the trained conditional velocity.
+      key: the randomness (same key, same forecasts).
+      context: context windows ``(m, C)``.
+      horizon, n_samples, steps: static sizes.
+      source: :class:`GaussianSource` or :class:`RegimeSource` (default).
+      prior: precomputed :func:`regime_prior` of ``context`` (regime source).
+      solver: a diffrax solver object.
+
+    Returns:
+      forecasts ``(n_samples, m, H)``; differentiable wrt ``model`` and ``context``.
+    """
+    source = RegimeSource() if source is None else source
     check_key("key", key)
     check_array("context", context, ndim=2, dtype="floating")
     if context.shape[1] < 4:
         raise ValueError(f"context must have at least 4 time steps, got shape {context.shape}")
     n_samples = check_int("n_samples", n_samples, min=1)
-    _check_source(source, spec, prior, context, horizon)
-    if source == "regime" and prior is None:
-        prior = regime_prior(context, horizon, spec)
+    horizon = check_int("horizon", horizon, min=1)
+    _check_source(source, prior, context, horizon)
+    if isinstance(source, RegimeSource) and prior is None:
+        prior = regime_prior(context, horizon, source.spec)
 
     def one(k):
-        x0 = _source(k, context, horizon, source, spec, prior)
-        return fm.sample_ode(lambda t, x: model(t, x, context), x0, steps=steps)
+        x0 = source(k, context, horizon, prior)
+        return fm.sample_ode(lambda t, x: model(t, x, context), x0, steps=steps, solver=solver)
 
     return jax.lax.map(one, jax.random.split(key, n_samples))
 

@@ -50,7 +50,7 @@ def bench_jax(ctx, fut):
         kb, kl = jax.random.split(key)
         idx = jax.random.randint(kb, (BATCH,), 0, ctx.shape[0])
         loss, g = eqx.filter_value_and_grad(
-            lambda m: bf.cfm_loss(m, kl, ctx[idx], fut[idx], source="gaussian"))(model)
+            lambda m: bf.cfm_loss(m, kl, ctx[idx], fut[idx], source=bf.GaussianSource()))(model)
         upd, state = opt.update(g, state, eqx.filter(model, eqx.is_inexact_array))
         return eqx.apply_updates(model, upd), state, loss
 
@@ -65,7 +65,7 @@ def bench_jax(ctx, fut):
     train = (time.perf_counter() - t0) / TRAIN_REPS
 
     sample = eqx.filter_jit(lambda m, k, c: bf.sample_forecast(
-        m, k, c, H, N_SAMPLES, source="gaussian", steps=STEPS))
+        m, k, c, H, N_SAMPLES, source=bf.GaussianSource(), steps=STEPS))
     t0 = time.perf_counter()
     sample(model, jax.random.key(0), ctx[:N_TEST]).block_until_ready()
     compile_sample = time.perf_counter() - t0

@@ -27,7 +27,7 @@ def main() -> None:
     perm = np.asarray(jax.random.permutation(k_split, ctx.shape[0]))
     train = perm[max(1, int(round(cfg.test_fraction * ctx.shape[0]))):]
     ctx, fut = ctx[train], fut[train]
-    spec = cfg.prior_spec()
+    spec = cfg.prior
     errs = {}
     for name in bf.PRIOR_CANDIDATES:
         one = dataclasses.replace(spec, candidates=(name,))

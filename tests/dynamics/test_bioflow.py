@@ -177,14 +177,14 @@ def test_errors_name_the_argument(trained):
         bf.sample_forecast(model, jax.random.key(0), ctx.at[0, 0].set(jnp.nan), 8, 2)
     with pytest.raises(ValueError, match="traj must be finite"):
         bf.normalize_windows(jnp.full((2, 10), jnp.nan), 5)
-    with pytest.raises(ValueError, match="source"):
-        bf.sample_forecast(model, jax.random.key(0), ctx, 8, 2, source="uniform")
+    with pytest.raises(TypeError, match="source must be an AbstractSource"):
+        bf.sample_forecast(model, jax.random.key(0), ctx, 8, 2, source="gaussian")
     with pytest.raises(ValueError, match="candidates"):
-        bf.regime_prior(ctx, 8, bf.RegimePrior(candidates=("spline",)))
+        bf.RegimePrior(candidates=("spline",))
     with pytest.raises(ValueError, match="backtest must be <="):
         bf.regime_prior(ctx, 8, bf.RegimePrior(backtest=13))
     with pytest.raises(ValueError, match="sigma_min"):
-        bf.RegimePrior(sigma_min=0.0).validate()
+        bf.RegimePrior(sigma_min=0.0)
     with pytest.raises(ValueError, match="prior.mean"):
         bf.sample_forecast(model, jax.random.key(0), ctx, 8, 2,
                            prior=(jnp.zeros((2, 8)), jnp.ones((2, 8))))

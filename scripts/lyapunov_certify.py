@@ -37,15 +37,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=None, help="CEGIS rounds (default: 3)")
     args = ap.parse_args()
     cfg = m.LyapunovConfig()
+    syn = cfg.synthesis
     if args.rounds is not None:
-        cfg = dataclasses.replace(cfg, rounds=args.rounds)
-    syn = cfg.synthesis()
+        syn = dataclasses.replace(syn, rounds=args.rounds)
     if args.loop_boxes is not None:
         syn = dataclasses.replace(syn, verify=dataclasses.replace(
             syn.verify, batch=args.batch, max_boxes=args.loop_boxes))
     system = m.make_system(args.system, args.n, cfg)
     t0 = time.perf_counter()
-    res = ly.synthesize(system, jax.random.key(args.seed), syn)
+    res = ly.synthesize(system, jax.random.key(args.seed), syn, throw=False)
     v = res.verification
     print(f"synthesis: {res.seconds:.1f} s, {res.rounds} rounds, {res.counterexamples} "
           f"counterexamples; in-loop verification ({syn.verify.max_boxes} boxes per "
@@ -54,7 +54,8 @@ def main() -> None:
         final = v
     else:
         final = ly.verify.verify(system, res.cert, res.reach,
-                                 ly.VerifyConfig(batch=args.batch, max_boxes=args.max_boxes))
+                                 ly.VerifyConfig(batch=args.batch, max_boxes=args.max_boxes),
+                                 throw=False)
     for i, r in enumerate(final.subsystems):
         print(f"subsystem {i}: certified {r.certified}, proven {r.certified_fraction:.9f}, "
               f"unknown {r.unknown_fraction:.2e}, boxes {r.boxes}, counterexamples "

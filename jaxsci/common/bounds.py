@@ -424,7 +424,20 @@ def _ibp_layers(program: Program, lower, upper):
 
 
 def ibp(program: Program, lower: Float[Array, " n"], upper: Float[Array, " n"]) -> Bounds:
-    """Interval bounds of ``program`` over the box ``[lower, upper]``."""
+    """Interval bounds of ``program`` over the box ``[lower, upper]``.
+
+    Jittable, vmappable over boxes (``lower``, ``upper``) and over the program's
+    weights, and differentiable in both (almost everywhere: the bounds are piecewise
+    smooth in the box and the weights).
+
+    Args:
+      program: the :class:`Program` to bound.
+      lower, upper: the box, ``(in_dim,)`` each, ``lower <= upper`` (array-likes are
+        converted to the program's dtype).
+
+    Returns:
+      :class:`Bounds` with ``lower <= program(x) <= upper`` for every ``x`` in the box.
+    """
     lower, upper = check_box(program, lower, upper)
     _, post = _ibp_layers(program, lower, upper)
     return Bounds(*post[-1])
@@ -600,6 +613,21 @@ def crown(
     ``intermediate="crown"`` bounds every non-linear unit's pre-activation by its own
     backward pass (full CROWN, ``O(depth^2)`` passes); ``"ibp"`` uses IBP for them
     (CROWN-IBP, one pass). The output bounds are intersected with IBP's.
+
+    Jittable, vmappable over boxes (``lower``, ``upper``) and over the program's
+    weights, and differentiable in both almost everywhere (the relaxations switch
+    form where a pre-activation interval crosses a kink: the bound is continuous
+    there, its gradient jumps). ``intermediate`` is structure (static).
+
+    Args:
+      program: the :class:`Program` to bound.
+      lower, upper: the box, ``(in_dim,)`` each, ``lower <= upper``.
+      C: optional ``(m, out_dim)`` matrix: bound ``C @ program(x)`` instead.
+      intermediate: ``"crown"`` or ``"ibp"`` (pre-activation bounds).
+
+    Returns:
+      :class:`LinearBounds`: the output bounds and the linear functions of the input
+      they came from.
     """
     lower, upper = check_box(program, lower, upper)
     if intermediate not in ("crown", "ibp"):
@@ -635,7 +663,15 @@ def _crown(program, lower, upper, C, intermediate):
 
 
 def check_box(program: Program, lower, upper):
-    """Validate a box for ``program``: shapes, finiteness, ``lower <= upper``."""
+    """Validate a box for ``program``: shapes, dtype, ``lower <= upper``.
+
+    Array-likes (lists) are accepted and converted once, to the program's dtype.
+    ``lower > upper`` raises a ``ValueError`` when the box is concrete and an
+    ``equinox`` runtime error inside ``jit``/``vmap`` (a batch of boxes included).
+
+    Returns:
+      ``(lower, upper)`` as arrays of the program's dtype.
+    """
     if not isinstance(program, Program):
         raise TypeError(f"program must be a Program, got {type(program).__name__}")
     n = program.in_dim
@@ -651,4 +687,9 @@ def check_box(program: Program, lower, upper):
                 f"lower={lo[i]} > upper={hi[i]}"
             )
     dtype = program.layers[0].W.dtype
-    return jnp.asarray(lower, dtype), jnp.asarray(upper, dtype)
+    lower, upper = jnp.asarray(lower, dtype), jnp.asarray(upper, dtype)
+    if isinstance(lower, jax.core.Tracer) or isinstance(upper, jax.core.Tracer):
+        # Inside jit/vmap the values are unknown at trace time: a runtime check.
+        lower = eqx.error_if(lower, jnp.any(lower > upper),
+                             "empty domain: lower > upper at some coordinate of the box")
+    return lower, upper

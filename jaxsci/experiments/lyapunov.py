@@ -24,22 +24,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
-from pathlib import Path
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
 
-from jaxsci.core import Report
+from jaxsci.core import Claim, Context, Experiment, Metric
 from jaxsci.core.results import pyplot
 from jaxsci.core.validation import check_choice, check_int, check_scalar
 from jaxsci.dynamics import lyapunov as ly
 from jaxsci.dynamics.lyapunov import certificates as ct
 
-__all__ = ["LyapunovConfig", "CONFIGS", "METRIC_KEYS", "run", "SYSTEMS"]
+__all__ = ["LyapunovConfig", "CONFIGS", "CLAIMS", "EXPERIMENT", "METRICS", "run", "SYSTEMS"]
 
 SYSTEMS = {
     "platoon": ly.platoon,
@@ -48,9 +45,24 @@ SYSTEMS = {
 }
 ERROR_NAMES = {"platoon": "spacing error", "drones": "formation error", "microgrid": "angle"}
 
+# The experiment's synthesis settings (the library's SynthesisConfig, nested: one owner per
+# number). ReLU width 8, a 0.3 relative training margin (V_i(f) <= 0.7 RHS: slack for the
+# verifier), 3 CEGIS rounds of 300 Adam steps, 30,000 boxes per subsystem per round.
+SYNTHESIS = ly.SynthesisConfig(
+    hidden=8, margin=0.3, steps=300, rounds=3, samples=256, cex_capacity=64, chunk=8,
+    verify=ly.VerifyConfig(batch=256, max_boxes=30_000, max_counterexamples=16,
+                           intermediate="crown"),
+)
+
 
 @dataclasses.dataclass(frozen=True)
 class LyapunovConfig:
+    """Benchmarks, sizes, the system settings, the nested synthesis config, closed loop.
+
+    ``synthesis.verify.max_boxes`` is the branch-and-bound budget per subsystem; the
+    monolithic baseline gets ``N`` times it (the same total budget).
+    """
+
     systems: tuple[str, ...] = ("platoon", "drones", "microgrid")
     n_values: tuple[int, ...] = (2, 4, 8, 16, 32)  # the paper's range of N
     monolithic_n: tuple[int, ...] = (2, 4)
@@ -62,23 +74,12 @@ class LyapunovConfig:
     dt: float = 0.5
     max_delay: int = 1
     w_max: float = 0.1  # disturbance bound (acceleration / torque units)
-    hidden: int = 8  # ReLU units of each V_i
-    steps: int = 300  # Adam steps per CEGIS round
-    rounds: int = 3
-    samples: int = 256  # domain samples per subsystem per step
-    cex_capacity: int = 64
-    chunk: int = 8
-    margin: float = 0.3  # train V_i(f) <= 0.7 RHS: slack for the verifier
-    lam_max: float = 0.99
-    eta: float = 1e-3
-    max_boxes: int = 30_000  # branch-and-bound budget per subsystem
-    batch: int = 256
-    intermediate: str = "crown"
+    synthesis: ly.SynthesisConfig = SYNTHESIS
     sim_steps: int = 120
     sim_runs: int = 4
     figure_system: str = "drones"
 
-    def validate(self) -> LyapunovConfig:
+    def __post_init__(self):
         if not self.systems:
             raise ValueError("systems must be non-empty")
         for s in self.systems:
@@ -93,87 +94,70 @@ class LyapunovConfig:
         check_scalar("dt", self.dt, gt=0.0)
         check_int("max_delay", self.max_delay, min=0)
         check_scalar("w_max", self.w_max, ge=0.0)
-        for name in ("hidden", "steps", "rounds", "samples", "cex_capacity", "chunk",
-                     "max_boxes", "batch", "sim_steps", "sim_runs"):
+        if not isinstance(self.synthesis, ly.SynthesisConfig):
+            raise TypeError(f"synthesis must be a SynthesisConfig, got "
+                            f"{type(self.synthesis).__name__}")
+        for name in ("sim_steps", "sim_runs"):
             check_int(name, getattr(self, name), min=1)
-        check_scalar("margin", self.margin, ge=0.0, lt=1.0)
-        check_scalar("lam_max", self.lam_max, gt=0.0, lt=1.0)
-        check_scalar("eta", self.eta, ge=0.0, lt=1.0)
-        check_choice("intermediate", self.intermediate, ("crown", "ibp"))
         check_choice("figure_system", self.figure_system, self.systems)
         for s in self.monolithic_systems:
             check_choice("monolithic_systems[i]", s, self.systems)
-        return self
 
-    def synthesis(self, max_boxes: int | None = None) -> ly.SynthesisConfig:
-        return ly.SynthesisConfig(
-            hidden=self.hidden, lam_max=self.lam_max, eta=self.eta, margin=self.margin,
-            steps=self.steps, samples=self.samples, rounds=self.rounds,
-            cex_capacity=self.cex_capacity, chunk=self.chunk,
-            verify=ly.VerifyConfig(batch=self.batch, max_boxes=max_boxes or self.max_boxes,
-                                   max_counterexamples=16, intermediate=self.intermediate),
-        )
+
+def _synthesis(**changes) -> ly.SynthesisConfig:
+    return dataclasses.replace(SYNTHESIS, **changes)
 
 
 CONFIGS = {
     "smoke": LyapunovConfig(
         systems=("drones",), n_values=(2, 4), monolithic_n=(2,), monolithic_train=False,
         monolithic_systems=("drones",),
-        steps=40, rounds=1,
-        samples=64, cex_capacity=16, chunk=4, max_boxes=150, batch=64, sim_steps=30,
-        intermediate="ibp",
-        sim_runs=2,
+        synthesis=_synthesis(steps=40, rounds=1, samples=64, cex_capacity=16, chunk=4,
+                             verify=ly.VerifyConfig(batch=64, max_boxes=150,
+                                                    max_counterexamples=16,
+                                                    intermediate="ibp")),
+        sim_steps=30, sim_runs=2,
     ),
-    # All three systems, N up to 32, one short CEGIS round and small branch-and-bound
+    # All three systems, N up to 16, one short CEGIS round and small branch-and-bound
     # budgets (certified fractions are budget-limited): a few minutes on 2 cores.
     # batch=64: the queue starts from one box and doubles, so with ~300 boxes per
     # subsystem most 256-box batches would be padding (64: ~3x less verification time).
+    # N = 32 (in the full config) is left out of the trend test: it was a quarter of the
+    # quick run's time (264 s in all), and the claims hold on N = 2..16 (work slopes
+    # 1.30 / 1.21 / 1.00 against 1.21 / 1.15 / 1.00 with N = 32; seed 0, measured).
     "quick": LyapunovConfig(
-        monolithic_systems=("drones",), steps=60, rounds=1, samples=64, cex_capacity=16,
-        max_boxes=300, batch=64, intermediate="ibp", sim_steps=60, sim_runs=2,
+        n_values=(2, 4, 8, 16), monolithic_systems=("drones",),
+        synthesis=_synthesis(steps=60, rounds=1, samples=64, cex_capacity=16,
+                             verify=ly.VerifyConfig(batch=64, max_boxes=300,
+                                                    max_counterexamples=16,
+                                                    intermediate="ibp")),
+        sim_steps=60, sim_runs=2,
     ),
     # The paper's scale: full budgets (a GPU, or hours on CPU).
     "full": LyapunovConfig(
-        monolithic_n=(2, 4, 8), hidden=16, steps=1000, rounds=6, samples=512,
-        cex_capacity=256, max_boxes=2_000_000, batch=4096, sim_steps=400, sim_runs=16,
+        monolithic_n=(2, 4, 8),
+        synthesis=_synthesis(hidden=16, steps=1000, rounds=6, samples=512, cex_capacity=256,
+                             verify=ly.VerifyConfig(batch=4096, max_boxes=2_000_000,
+                                                    max_counterexamples=16)),
+        sim_steps=400, sim_runs=16,
     ),
 }
 
-METRIC_KEYS = (
-    "n_values",
-    "certified",
-    "certified_fraction",
-    "verification_seconds",
-    "synthesis_seconds",
-    "counterexamples",
-    "verification_scaling_exponent",
-    "verification_work_scaling_exponent",
-    "synthesis_scaling_exponent",
-    "boxes",
-    "verification_work",
-    "contraction",
-    "min_mu",
-    "iss_gain",
-    "tracking_error_rms",
-    "iss_bound_violations",
-    "monolithic_certified_fraction",
-    "monolithic_verification_seconds",
-    "monolithic_verification_work",
-    "monolithic_dims",
-    "local_dims",
-)
-
 
 def make_system(name: str, n: int, config: LyapunovConfig) -> ly.InterconnectedSystem:
+    """The benchmark ``name`` with ``n`` subsystems at the config's dt, delay and w_max."""
     return SYSTEMS[name](n, dt=config.dt, max_delay=config.max_delay, w_max=config.w_max)
 
 
 # --------------------------------------------------------------------------- closed loop
 
 
-def closed_loop(system, cert, reach, key, config):
+def closed_loop(system, cert, key, config):
     """RMS of the first state component under disturbances and random delays (from rest),
-    and the ISS bound checked along runs started on the boundary of the certified set."""
+    and the ISS bound checked along runs started on the boundary of the certified set.
+
+    Returns ``(rms, violations, trajectory of run 0 (T+1, N, n), V / mu along it)``.
+    """
     rep = ct.gain_report(cert, system)
     lam = min(rep.lam, 1.0 - 1e-6)
     rms, violations, tr, V = _closed_loop(system, cert, key, jnp.asarray(rep.mu, jnp.float32),
@@ -186,9 +170,9 @@ def _closed_loop(system, cert, key, mu, lam, steps, runs):
     k_w, k_d, k_x = jax.random.split(key, 3)
     w = system.w_max * jax.random.uniform(
         k_w, (runs, steps, system.n_sub, system.n_w), minval=-1.0, maxval=1.0)
-    own, link = jax.vmap(lambda k: ly.systems._random_delays(k, steps, system))(
+    own, link = jax.vmap(lambda k: ly.random_delays(k, steps, system))(
         jax.random.split(k_d, runs))
-    sim = jax.vmap(lambda x0, ww, od, ld: ly.systems._simulate(system, x0, ww, od, ld))
+    sim = jax.vmap(lambda x0, ww, od, ld: ly.simulate(system, x0, ww, od, ld))
     tr = sim(jnp.zeros((runs, system.n_sub, system.n)), w, own, link)
     rms = jnp.sqrt(jnp.mean(jnp.square(tr[..., 0])))
     # Start on the certified set's boundary: x0_i scaled so that V_i(x0_i) = 0.99 mu_i.
@@ -211,82 +195,123 @@ def _closed_loop(system, cert, key, mu, lam, steps, runs):
 
 # --------------------------------------------------------------------------- run
 
+_CERT_LEAVES = ("W1", "b1", "W2", "L", "a_raw", "b_raw", "c_raw")
+_CELL_SCALARS = ("certified", "certified_fraction", "verification_seconds",
+                 "synthesis_seconds", "counterexamples", "boxes", "contraction", "min_mu",
+                 "iss_gain", "tracking_error_rms", "iss_bound_violations", "compile_seconds",
+                 "rounds", "row_sum_max", "spectral_radius")
 
-def run(config: LyapunovConfig, out_dir: str | Path, *, seed: int = 0,
-        progress: bool = True) -> Report:
-    """Synthesise and verify certificates for every (system, N); write metrics and figures."""
-    config.validate()
-    check_int("seed", seed, min=0)
-    report = Report("lyapunov: neural vector Lyapunov-Razumikhin certificates", out_dir)
-    key = jax.random.key(seed)
+
+def compositional_cell(name: str, n: int, key, config: LyapunovConfig) -> dict:
+    """Synthesise, verify and simulate one (system, N): scalars, the certificate's leaves
+    (for the level-set figure) and the closed-loop trajectory of run 0."""
+    sy = make_system(name, n, config)
+    res = ly.synthesize(sy, key, config.synthesis, throw=False)
+    ver = res.verification
+    rms, viol, tr, V = closed_loop(sy, res.cert, jax.random.fold_in(key, 7), config)
+    out = {
+        "certified": float(ver.certified),
+        "certified_fraction": ver.certified_fraction,
+        "verification_seconds": ver.seconds,
+        "synthesis_seconds": res.seconds,
+        "counterexamples": res.counterexamples,
+        "boxes": ver.boxes,
+        "contraction": ver.gains.lam,
+        "min_mu": float(np.min(ver.gains.mu)),
+        "iss_gain": ver.gains.iss_gain,
+        "tracking_error_rms": rms,
+        "iss_bound_violations": viol,
+        "compile_seconds": ver.compile_seconds,
+        "rounds": res.rounds,
+        "row_sum_max": ver.gains.row_sum_max,
+        "spectral_radius": ver.gains.spectral_radius,
+        "local_dims": ly.input_layout(sy).size,
+        "trajectory": tr,
+        "V": V,
+    }
+    out.update({f"cert_{k}": np.asarray(getattr(res.cert, k)) for k in _CERT_LEAVES})
+    return out
+
+
+def monolithic_cell(name: str, n: int, key, config: LyapunovConfig) -> dict:
+    """The monolithic baseline at N: one certificate over all states, the same total box
+    budget as the compositional verification (N x the per-subsystem budget)."""
+    big = ly.monolithic(make_system(name, n, config))
+    syn = config.synthesis
+    syn = dataclasses.replace(syn, verify=dataclasses.replace(
+        syn.verify, max_boxes=n * syn.verify.max_boxes))
+    if not config.monolithic_train:
+        syn = dataclasses.replace(syn, steps=0, rounds=1)
+    res = ly.synthesize(big, key, syn, throw=False)
+    return {
+        "certified_fraction": res.verification.certified_fraction,
+        "verification_seconds": res.verification.seconds,
+        "synthesis_seconds": res.seconds,
+        "boxes": res.verification.boxes,
+        "dims": ly.input_layout(big).size,
+    }
+
+
+def _certificate(cell: dict, config: LyapunovConfig) -> ly.Certificate:
+    syn = config.synthesis
+    return ly.Certificate(**{k: jnp.asarray(cell[f"cert_{k}"]) for k in _CERT_LEAVES},
+                          lam_max=syn.lam_max, eta=syn.eta, eta_reach=syn.eta_reach)
+
+
+def run(config: LyapunovConfig, ctx: Context) -> dict:
+    """Synthesise and verify certificates for every (system, N); metrics and figures.
+
+    Each (system, N), and each monolithic baseline, is a ``ctx.cell``: an interrupted
+    run resumes with the finished ones.
+    """
     S, Ns = config.systems, config.n_values
     shape = (len(S), len(Ns))
-    m = {k: np.zeros(shape) for k in (
-        "certified", "certified_fraction", "verification_seconds", "synthesis_seconds",
-        "counterexamples", "boxes", "contraction", "min_mu", "iss_gain",
-        "tracking_error_rms", "iss_bound_violations", "compile_seconds", "rounds",
-        "row_sum_max", "spectral_radius")}
+    m = {k: np.zeros(shape) for k in _CELL_SCALARS}
     local_dims = np.zeros(len(S))
     MS = config.monolithic_systems
     mono = {k: np.full((len(MS), len(config.monolithic_n)), np.nan) for k in (
         "certified_fraction", "verification_seconds", "dims", "synthesis_seconds", "boxes")}
     figure_data = None
-    t0 = time.perf_counter()
     total = len(S) * len(Ns) + len(MS) * len(config.monolithic_n)
-    bar = tqdm(total=total, desc="lyapunov", disable=not progress, leave=False)
+    bar = ctx.bar(total=total, desc="lyapunov synthesis + verification")
     for si, name in enumerate(S):
         for ni, n in enumerate(Ns):
             bar.set_postfix(system=name, N=n)
-            sy = make_system(name, n, config)
-            k = jax.random.fold_in(key, 1000 * si + n)
-            res = ly.synthesize(sy, k, config.synthesis())
-            ver = res.verification
-            rms, viol, tr, V = closed_loop(sy, res.cert, res.reach, jax.random.fold_in(k, 7),
-                                           config)
-            local_dims[si] = ly.input_layout(sy).size
-            for key_, val in (
-                ("certified", float(ver.certified)),
-                ("certified_fraction", ver.certified_fraction),
-                ("verification_seconds", ver.seconds),
-                ("synthesis_seconds", res.seconds),
-                ("counterexamples", res.counterexamples),
-                ("boxes", ver.boxes),
-                ("contraction", ver.gains.lam),
-                ("min_mu", float(np.min(ver.gains.mu))),
-                ("iss_gain", ver.gains.iss_gain),
-                ("tracking_error_rms", rms),
-                ("iss_bound_violations", viol),
-                ("compile_seconds", ver.compile_seconds),
-                ("rounds", res.rounds),
-                ("row_sum_max", ver.gains.row_sum_max),
-                ("spectral_radius", ver.gains.spectral_radius),
-            ):
-                m[key_][si, ni] = val
+            k = jax.random.fold_in(ctx.key, 1000 * si + n)
+            cell = ctx.cell(f"{name}/{n}", lambda name=name, n=n, k=k: compositional_cell(
+                name, n, k, config))
+            for key_ in _CELL_SCALARS:
+                m[key_][si, ni] = float(cell[key_])
+            local_dims[si] = float(cell["local_dims"])
             if name == config.figure_system and figure_data is None and n >= 2:
-                figure_data = (sy, res.cert, res.reach, tr, V)
+                sy = make_system(name, n, config)
+                figure_data = (sy, _certificate(cell, config), cell["trajectory"])
             bar.update()
         for mi, n in enumerate(config.monolithic_n if name in MS else ()):
             si_m = MS.index(name)
             bar.set_postfix(system=f"{name} monolithic", N=n)
-            big = ly.monolithic(make_system(name, n, config))
-            k = jax.random.fold_in(key, 100_000 + 1000 * si + n)
-            # Same total box budget as the compositional verification of this N.
-            syn = config.synthesis(max_boxes=n * config.max_boxes)
-            if not config.monolithic_train:
-                syn = dataclasses.replace(syn, steps=0, rounds=1)
-            res = ly.synthesize(big, k, syn)
-            mono["certified_fraction"][si_m, mi] = res.verification.certified_fraction
-            mono["verification_seconds"][si_m, mi] = res.verification.seconds
-            mono["synthesis_seconds"][si_m, mi] = res.seconds
-            mono["boxes"][si_m, mi] = res.verification.boxes
-            mono["dims"][si_m, mi] = ly.input_layout(big).size
+            k = jax.random.fold_in(ctx.key, 100_000 + 1000 * si + n)
+            cell = ctx.cell(f"{name}/monolithic/{n}", lambda name=name, n=n, k=k:
+                            monolithic_cell(name, n, k, config))
+            for key_ in mono:
+                mono[key_][si_m, mi] = float(cell[key_])
             bar.update()
     bar.close()
-    # Work: boxes bounded x dimension of each box (every box costs one CROWN pass over
+    # Work: boxes bounded x dimension of each box (every box costs one bound pass over
     # the local input; deterministic, unlike wall clock on a shared machine).
     m["verification_work"] = m["boxes"] * local_dims[:, None]
     mono_work = mono["boxes"] * mono["dims"]
-    metrics = {k: v for k, v in m.items()}
+    metrics = dict(m)
+    # The compositional fraction minus the monolithic one at the same N and total box
+    # budget, smallest over the monolithic (system, N) pairs.
+    rows = [S.index(s) for s in MS]
+    cols = [Ns.index(n) for n in config.monolithic_n] if all(
+        n in Ns for n in config.monolithic_n) else None
+    if cols is None:
+        advantage = float("nan")
+    else:
+        comp = m["certified_fraction"][np.ix_(rows, cols)]
+        advantage = float(np.min(comp - mono["certified_fraction"]))
     metrics.update({
         "systems": list(S),
         "n_values": list(Ns),
@@ -301,26 +326,23 @@ def run(config: LyapunovConfig, out_dir: str | Path, *, seed: int = 0,
         "monolithic_boxes": mono["boxes"],
         "monolithic_verification_work": mono_work,
         "monolithic_dims": mono["dims"],
+        "compositional_minus_monolithic_fraction": advantage,
         "local_dims": local_dims,
-        "wall_time_s": time.perf_counter() - t0,
-        "config": dataclasses.asdict(config),
-        "seed": seed,
     })
-    report.metrics = metrics
-    report.add_figure(plot_scaling(config, metrics), "verification_time.png",
-                      "Verification time (branch-and-bound, compilation excluded; left) and "
-                      "work (boxes bounded x box dimension; right) against the number of "
-                      "subsystems N, log-log; dotted: slope 1; crosses: the monolithic "
-                      "certificate with the same total box budget.")
+    ctx.report.add_figure(
+        plot_scaling(config, metrics), "verification_time.png",
+        "Verification time (branch-and-bound, compilation excluded; left) and work (boxes "
+        "bounded x box dimension; right) against the number of subsystems N, log-log; "
+        "dotted: slope 1; crosses: the monolithic certificate with the same total box "
+        "budget.")
     if figure_data is not None:
-        report.add_figure(plot_level_sets(*figure_data), "level_sets.png",
-                          f"{config.figure_system}, subsystem 1: level sets of V_1 (the "
-                          "certified invariant set V_1 <= mu_1 in black) and closed-loop "
-                          "trajectories of subsystem 1 started on its boundary, under "
-                          "disturbances and random delays.")
-    report.add_text(summary_markdown(config, metrics))
-    report.write()
-    return report
+        ctx.report.add_figure(
+            plot_level_sets(*figure_data), "level_sets.png",
+            f"{config.figure_system}, subsystem 1: level sets of V_1 (the certified invariant "
+            "set V_1 <= mu_1 in black) and a closed-loop trajectory of subsystem 1 started on its "
+            "boundary, under disturbances and random delays.")
+    ctx.report.add_text(summary_markdown(config, metrics))
+    return metrics
 
 
 def _loglog_slope(n_values, y):
@@ -338,10 +360,12 @@ def plot_scaling(config, m):
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
     Ns = np.asarray(config.n_values, float)
     panels = (("verification_seconds", "monolithic_verification_seconds",
-               "verification_scaling_exponent", "verification time [s]"),
+               "verification_scaling_exponent", "verification time [s]",
+               "Branch-and-bound wall time"),
               ("verification_work", "monolithic_verification_work",
-               "verification_work_scaling_exponent", "work: boxes x box dimension"))
-    for ax, (key, mono_key, slope_key, ylabel) in zip(axes, panels, strict=True):
+               "verification_work_scaling_exponent", "work: boxes x box dimension",
+               "Verification work (deterministic)"))
+    for ax, (key, mono_key, slope_key, ylabel, title) in zip(axes, panels, strict=True):
         for i, name in enumerate(config.systems):
             y = np.maximum(m[key][i], 1e-4)
             ax.loglog(Ns, y, "o-", label=f"{name} (slope {m[slope_key][i]:.2f})")
@@ -357,11 +381,12 @@ def plot_scaling(config, m):
         ax.minorticks_off()
         ax.set_xlabel("number of subsystems N")
         ax.set_ylabel(ylabel)
+        ax.set_title(f"{title} vs N")
         ax.legend(fontsize=7)
     return fig
 
 
-def plot_level_sets(system, cert, reach, tr, V):
+def plot_level_sets(system, cert, tr):
     plt = pyplot()
 
     i = 1 if system.n_sub > 1 else 0
@@ -376,8 +401,8 @@ def plot_level_sets(system, cert, reach, tr, V):
     ax.plot(tr[:, i, 0], tr[:, i, 1], "w-", lw=1.2)
     ax.plot(tr[0, i, 0], tr[0, i, 1], "wo", ms=5)
     fig.colorbar(cs, ax=ax, label="log10 V_1")
-    ax.set_xlabel("x_1[0]")
-    ax.set_ylabel("x_1[1]")
+    ax.set_xlabel(f"x_1[0] ({ERROR_NAMES.get(system.name, 'state 0')})")
+    ax.set_ylabel("x_1[1] (rate)")
     ax.set_title(f"{system.name}: V_1 level sets, mu_1 = {mu:.3f}")
     return fig
 
@@ -415,3 +440,88 @@ def summary_markdown(config, m) -> str:
     if not math.isfinite(float(np.sum(m["verification_seconds"]))):
         lines.append("(non-finite timings)")
     return "\n".join(lines)
+
+
+METRICS = (
+    Metric("certified", "1 where every subsystem and the gain condition are proven, per "
+           "(system, N)", better="higher"),
+    Metric("certified_fraction", "mean over subsystems of the proven or pruned fraction of "
+           "the delay domain, per (system, N)", better="higher"),
+    Metric("verification_seconds", "branch-and-bound time, compilation excluded",
+           better="lower", unit="s"),
+    Metric("synthesis_seconds", "CEGIS time (training and in-loop verification)",
+           better="lower", unit="s"),
+    Metric("compile_seconds", "compilation of the batched bound function", unit="s"),
+    Metric("counterexamples", "counterexamples the verifier returned, all rounds"),
+    Metric("boxes", "boxes bounded, summed over subsystems"),
+    Metric("verification_work", "boxes bounded x box dimension (deterministic work)",
+           better="lower"),
+    Metric("contraction", "certified contraction lam = max_i (Gamma mu)_i / mu_i",
+           better="lower", finite=False),
+    Metric("min_mu", "smallest Collatz-Wielandt weight mu_i"),
+    Metric("iss_gain", "||(I - Gamma)^{-1}||_inf", better="lower", finite=False),
+    Metric("spectral_radius", "spectral radius of the gain matrix Gamma", better="lower"),
+    Metric("row_sum_max", "largest row sum of Gamma", better="lower"),
+    Metric("rounds", "CEGIS rounds run"),
+    Metric("tracking_error_rms", "RMS of the first state component (spacing / formation / "
+           "angle error) from rest under disturbances and random delays", better="lower"),
+    Metric("iss_bound_violations", "steps where the windowed V / mu exceeds the sISS bound, "
+           "runs started on the certified set's boundary", better="lower"),
+    Metric("verification_scaling_exponent", "slope of log(verification time) in log N, "
+           "per system (wall clock: load-dependent)"),
+    Metric("verification_work_scaling_exponent", "slope of log(verification work) in log N, "
+           "per system"),
+    Metric("synthesis_scaling_exponent", "slope of log(synthesis time) in log N, per system"),
+    Metric("monolithic_certified_fraction", "the monolithic certificate's proven fraction, "
+           "same total box budget", better="lower"),
+    Metric("monolithic_verification_seconds", "monolithic branch-and-bound time", unit="s"),
+    Metric("monolithic_verification_work", "monolithic boxes x box dimension"),
+    Metric("monolithic_dims", "dimension of the monolithic branch-and-bound"),
+    Metric("local_dims", "dimension of a subsystem's branch-and-bound, per system"),
+    Metric("compositional_minus_monolithic_fraction", "smallest (compositional - monolithic) "
+           "certified fraction over the monolithic (system, N)", better="higher"),
+)
+
+CLAIMS = (
+    Claim("work_linear_in_n", "Compositional verification does a bounded amount of work per "
+          "subsystem: its cost grows about linearly in the number of subsystems N",
+          "np.all((verification_work_scaling_exponent > 0.6) & "
+          "(verification_work_scaling_exponent < 1.4))",
+          paper_value="linear scaling in N",
+          note="measured on the deterministic work (boxes x box dimension); wall clock on "
+          "a shared machine is reported as verification_scaling_exponent"),
+    Claim("largest_n_most_boxes", "Verification work is per subsystem: the largest N bounds "
+          "the most boxes", "np.all(boxes[:, -1] > boxes[:, 0])"),
+    Claim("beats_monolithic", "With the same total box budget, a monolithic certificate over "
+          "all states covers less of its domain than the compositional one",
+          "compositional_minus_monolithic_fraction > 0",
+          note="monolithic baseline at small N only (its branch-and-bound runs in 2 N n + N "
+          "dimensions)"),
+    Claim("time_linear_in_n", "Verification time scales about linearly in N",
+          "np.all(np.abs(verification_scaling_exponent - 1.0) < 0.5)", scale="full",
+          paper_value="linear scaling in N",
+          note="wall clock depends on the machine's load; the quick claim is the "
+          "deterministic work slope (work_linear_in_n)"),
+    Claim("certified", "Certificates are verified for every benchmark and every N: the "
+          "interconnection is sISS under bounded time-varying delays",
+          "np.all(certified == 1)", scale="full",
+          note="the quick budgets (one CEGIS round of 60 steps, 300 boxes per subsystem) "
+          "certify nothing (fractions of a few to 20%); scripts/lyapunov_certify.py shows "
+          "drones N = 2 and N = 4 certified with a large budget (about 10^6 boxes per "
+          "subsystem; docs/lyapunov.md)"),
+    Claim("iss_bound_holds", "Trajectories from the certified set obey the sISS bound",
+          "np.all(iss_bound_violations == 0)", scale="full",
+          note="the bound is guaranteed only where the certificate is verified (see "
+          "'certified')"),
+)
+
+EXPERIMENT = Experiment(
+    name="lyapunov",
+    title="Neural vector Lyapunov-Razumikhin certificates, compositional vs monolithic",
+    paper="Zhou, Wang, Yang: Neural Vector Lyapunov-Razumikhin Certificates for Delayed "
+          "Interconnected Systems (ICML 2026)",
+    configs=CONFIGS,
+    metrics=METRICS,
+    claims=CLAIMS,
+    run=run,
+)

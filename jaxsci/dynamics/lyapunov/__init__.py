@@ -1,7 +1,7 @@
 """Neural vector Lyapunov-Razumikhin certificates for delayed interconnected systems.
 
 Paper: "Neural Vector Lyapunov-Razumikhin Certificates for Delayed Interconnected
-Systems" (Zhou, Wang, Yang; ICML 2026, abstract in ``shared/seeds/000_*.txt``).
+Systems" (Zhou, Wang, Yang; ICML 2026).
 
 * :mod:`.systems` -- discrete-time interconnected systems with bounded time-varying
   delays (platoon, drone formation, microgrid, your own), simulation.

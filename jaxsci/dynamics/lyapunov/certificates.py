@@ -1,7 +1,7 @@
 r"""Neural vector Lyapunov-Razumikhin certificates and the discrete-time sISS condition.
 
 Paper: "Neural Vector Lyapunov-Razumikhin Certificates for Delayed Interconnected
-Systems" (Zhou, Wang, Yang; ICML 2026, abstract in ``shared/seeds/000_*.txt``).
+Systems" (Zhou, Wang, Yang; ICML 2026).
 This module states and checks a sufficient condition of that kind; the paper's own
 theorem is not reproduced verbatim (see ``docs/lyapunov.md``).
 
@@ -90,7 +90,7 @@ import scipy.linalg
 from jaxtyping import Array, Float
 
 from jaxsci.common import bounds as bd
-from jaxsci.core.validation import check_int, check_key, check_scalar
+from jaxsci.core.validation import check_array, check_int, check_key, check_scalar
 from jaxsci.dynamics.lyapunov.systems import InterconnectedSystem, input_layout
 
 __all__ = [
@@ -318,7 +318,25 @@ def _v(W1, b1, W2, L, D, x):
 
 
 def value(cert: Certificate, system: InterconnectedSystem, i: int, x: Float[Array, " n"]):
-    """``V_i(x)``."""
+    """``V_i(x)``, subsystem ``i``'s certificate at the state ``x``.
+
+    Jittable, vmappable over ``x`` and over the certificate's parameters, and
+    differentiable in both (reverse mode; ``V`` is piecewise quadratic: ReLU kinks).
+
+    Args:
+      cert: the stacked certificates.
+      system: the system (its state boxes give ``D_i``).
+      i: the subsystem, ``0 <= i < N`` (static).
+      x: ``(n,)`` state (array-likes converted once).
+
+    Returns:
+      The scalar ``V_i(x) >= x^T D_i x``.
+    """
+    if not isinstance(cert, Certificate):
+        raise TypeError(f"cert must be a Certificate, got {type(cert).__name__}")
+    i = check_int("i", i, min=0, max=system.n_sub - 1)
+    x = jnp.asarray(x)
+    check_array("x", x, shape=(system.n,), dtype="floating")
     D = _box_d(system)
     return _v(cert.W1[i], cert.b1[i], cert.W2[i], cert.L[i], D[i], x)
 
@@ -761,8 +779,27 @@ def condition_values(
     rhs_scale: float | Array = 1.0,
 ) -> Float[Array, "... o"]:
     """The condition program's outputs evaluated directly (cheaper; equal up to
-    rounding to ``condition_program(...)(u)``): used by training and sampling."""
+    rounding to ``condition_program(...)(u)``): used by training and sampling.
+
+    Jittable; vmappable over ``u``, ``eta``, ``eta_reach``, ``rhs_scale`` and the
+    arrays of ``data_i`` (gains, certificates: traced numbers); differentiable in
+    ``u`` and in ``data_i`` (how training learns the certificate and its gains).
+
+    Args:
+      system: the system (structure; :func:`~.systems.skeleton` suffices).
+      data_i: subsystem ``i``'s slice of :func:`local_data`.
+      dyn_program: subsystem ``i``'s local map ``f_i``.
+      u: ``(..., n_u)`` local inputs (:func:`~.systems.input_layout`).
+      eta, eta_reach: the offsets of (C1) and (C2).
+      rhs_scale: scales the right side of (C1) (``1 - margin`` in training).
+
+    Returns:
+      ``(..., 1 + n + n_args + 1)`` (own delay) or ``(..., 1 + n_args)``: (C1), the (C2)
+      components, the certificate values of the arguments, and ``S_i``.
+    """
     lay = input_layout(system)
+    u = jnp.asarray(u)
+    check_array("u", u, shape=(None,) * (u.ndim - 1) + (lay.size,), dtype="floating")
     n = system.n
     d = system.max_delay
     own, nbr = data_i["own"], data_i["nbr"]

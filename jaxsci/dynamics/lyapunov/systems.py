@@ -65,6 +65,7 @@ __all__ = [
     "input_layout",
     "local_programs",
     "local_inputs",
+    "skeleton",
     "simulate",
     "random_delays",
     "platoon",
@@ -187,6 +188,38 @@ def input_layout(system: InterconnectedSystem) -> Layout:
     return Layout(x, delta, tuple(slots), w, pos)
 
 
+def skeleton(system: InterconnectedSystem) -> InterconnectedSystem:
+    """The system cut to one subsystem: its static structure with ``N``-independent shapes.
+
+    The first subsystem's parameters and box, ``K`` empty neighbour slots, and every
+    static field unchanged: what a per-subsystem program (a condition, a training
+    loss) needs to be traced once and reused for every subsystem and every ``N``.
+
+    Args:
+      system: any :class:`InterconnectedSystem`.
+
+    Returns:
+      An :class:`InterconnectedSystem` with ``N = 1`` (NumPy leaves).
+    """
+    if not isinstance(system, InterconnectedSystem):
+        raise TypeError(f"system must be an InterconnectedSystem, got {type(system).__name__}")
+    return InterconnectedSystem(
+        params=jax.tree_util.tree_map(lambda a: np.asarray(a)[:1], system.params),
+        neighbors=-np.ones((1, system.K), np.int32),  # structure only
+        state_box=np.asarray(system.state_box)[:1],
+        build=system.build,
+        w_max=system.w_max,
+        max_delay=system.max_delay,
+        n_w=system.n_w,
+        own_delay=system.own_delay,
+        neighbor_current=system.neighbor_current,
+        neighbor_delayed=system.neighbor_delayed,
+        neighbor_delay_is_own=system.neighbor_delay_is_own,
+        dt=system.dt,
+        name=system.name,
+    )
+
+
 def local_programs(system: InterconnectedSystem) -> bd.Program:
     """All ``N`` local maps as one stacked program (leaves with leading axis ``N``)."""
     progs = _programs(system)
@@ -250,28 +283,52 @@ def simulate(
 ) -> Float[Array, "T1 N n"]:
     """Trajectory ``x(0..T)`` from a constant initial history ``x(-d..0) = x0``.
 
-    ``own_delay[k, i]`` and ``link_delay[k, i, s]`` are the delays (in steps,
-    ``0..max_delay``) at step ``k``. Jittable and vmappable over ``x0``, ``w`` and the
-    delays.
+    Jittable; vmappable over ``x0``, ``w``, the delays and the system's array leaves
+    (``system.params``: the gains and couplings a researcher sweeps, and
+    ``state_box``); differentiable (reverse mode) in ``x0``, ``w`` and
+    ``system.params``. The delay bound ``max_delay`` is structure (the length of the
+    ring buffer of past states): static.
+
+    Args:
+      system: the interconnected system.
+      x0: ``(N, n)`` initial state (array-likes converted once).
+      w: ``(T, N, n_w)`` disturbances.
+      own_delay: ``(T, N)`` integer delays of each subsystem's own state, in steps,
+        ``0..max_delay``.
+      link_delay: ``(T, N, K)`` integer delays per neighbour slot (ignored when
+        ``system.neighbor_delay_is_own``: the neighbour's own delay is used).
+
+    Returns:
+      ``(T + 1, N, n)``: ``x(0), ..., x(T)``.
+
+    Delays outside ``0..max_delay`` raise a ``ValueError`` when concrete and an
+    ``equinox`` runtime error inside ``jit``/``vmap`` (never a silent out-of-range
+    gather).
     """
+    if not isinstance(system, InterconnectedSystem):
+        raise TypeError(f"system must be an InterconnectedSystem, got {type(system).__name__}")
     n_sub, n, d = system.n_sub, system.n, system.max_delay
+    x0, w = jnp.asarray(x0), jnp.asarray(w)
+    own_delay, link_delay = jnp.asarray(own_delay), jnp.asarray(link_delay)
     check_array("x0", x0, shape=(n_sub, n), dtype="floating")
     check_array("w", w, shape=(None, n_sub, system.n_w), dtype="floating")
     steps = w.shape[0]
-    _check_delays("own_delay", own_delay, (steps, n_sub), d)
-    _check_delays("link_delay", link_delay, (steps, n_sub, system.K), d)
+    own_delay = _check_delays("own_delay", own_delay, (steps, n_sub), d)
+    link_delay = _check_delays("link_delay", link_delay, (steps, n_sub, system.K), d)
     return _simulate_jit(system, x0, w, own_delay, link_delay)
 
 
 def _check_delays(name, delays, shape, d):
     check_array(name, delays, shape=shape, dtype="integer")
     if isinstance(delays, jax.core.Tracer):
-        return
+        return eqx.error_if(delays, jnp.any((delays < 0) | (delays > d)),
+                            f"{name} must be in 0..max_delay = {d} (delays are in steps)")
     arr = np.asarray(delays)
     if arr.size and arr.min() < 0:
         raise ValueError(f"{name} must be >= 0 (delays are in steps), got minimum {arr.min()}")
     if arr.size and arr.max() > d:
         raise ValueError(f"{name} must be <= max_delay = {d}, got maximum {arr.max()}")
+    return delays
 
 
 def _simulate(system, x0, w, own_delay, link_delay):
@@ -296,7 +353,18 @@ _simulate_jit = eqx.filter_jit(_simulate)
 def random_delays(
     key: jax.Array, steps: int, system: InterconnectedSystem
 ) -> tuple[Int[Array, "T N"], Int[Array, "T N K"]]:
-    """Time-varying delays drawn uniformly from ``{0, ..., max_delay}`` at every step."""
+    """Time-varying delays drawn uniformly from ``{0, ..., max_delay}`` at every step.
+
+    Jittable and vmappable over ``key`` (``steps`` is a loop count: static).
+
+    Args:
+      key: a JAX PRNG key.
+      steps: the number of steps ``T``.
+      system: gives ``N``, ``K`` and ``max_delay``.
+
+    Returns:
+      ``(own_delay (T, N), link_delay (T, N, K))``, integers, as :func:`simulate` takes.
+    """
     check_key("key", key)
     steps = check_int("steps", steps, min=1)
     return _random_delays_jit(key, steps, system)

@@ -42,10 +42,11 @@ import optax
 from tqdm.auto import tqdm
 
 from jaxsci.common import bounds as bd
+from jaxsci.core.status import raise_if_failed
 from jaxsci.core.validation import check_int, check_key, check_scalar
 from jaxsci.dynamics.lyapunov import certificates as ct
 from jaxsci.dynamics.lyapunov import verify as vf
-from jaxsci.dynamics.lyapunov.systems import InterconnectedSystem, input_layout
+from jaxsci.dynamics.lyapunov.systems import InterconnectedSystem, input_layout, skeleton
 
 __all__ = [
     "SynthesisConfig",
@@ -79,7 +80,7 @@ class SynthesisConfig:
         default_factory=lambda: vf.VerifyConfig(max_boxes=20_000, max_counterexamples=16)
     )
 
-    def validate(self) -> SynthesisConfig:
+    def __post_init__(self):
         check_int("hidden", self.hidden, min=1)
         check_int("n_out", self.n_out, min=1)
         check_scalar("lam_max", self.lam_max, gt=0.0, lt=1.0)
@@ -97,8 +98,8 @@ class SynthesisConfig:
         check_scalar("net_scale", self.net_scale, ge=0.0)
         check_scalar("gain_penalty", self.gain_penalty, ge=0.0)
         check_int("chunk", self.chunk, min=1)
-        self.verify.validate()
-        return self
+        if not isinstance(self.verify, vf.VerifyConfig):
+            raise TypeError(f"verify must be a VerifyConfig, got {type(self.verify).__name__}")
 
 
 class SynthesisResult(NamedTuple):
@@ -297,17 +298,33 @@ def synthesize(
     *,
     cert: ct.Certificate | None = None,
     progress: bool = False,
+    throw: bool = False,
 ) -> SynthesisResult:
     """Train and verify certificates for ``system`` (CEGIS, at most ``config.rounds``).
 
     Each round trains the subsystems in chunks of ``config.chunk`` (padded), each with
     its neighbours' certificates fixed at their values from the start of the round:
     compiled once per system structure, work linear in ``N``.
+
+    Args:
+      system: the interconnected system.
+      key: a JAX PRNG key (initialisation, sampling, jitter).
+      config: the synthesis settings (the verification budget in ``config.verify``).
+      cert: a certificate to start from (default: :func:`~.certificates.init_certificate`).
+      progress: show a progress bar over the CEGIS rounds.
+      throw: raise ``RESULTS.not_verified``'s message when the last round is not
+        certified. Default ``False`` (unlike :func:`~.verify.verify`): a synthesis run
+        that did not certify still returns a certificate to inspect or continue from.
+
+    Returns:
+      :class:`SynthesisResult`; ``verification.result`` is
+      ``jaxsci.core.RESULTS.successful`` when the certificate was proven.
     """
     if not isinstance(system, InterconnectedSystem):
         raise TypeError(f"system must be an InterconnectedSystem, got {type(system).__name__}")
     check_key("key", key)
-    config.validate()
+    if not isinstance(config, SynthesisConfig):
+        raise TypeError(f"config must be a SynthesisConfig, got {type(config).__name__}")
     t0 = time.perf_counter()
     k_init, key = jax.random.split(key)
     if cert is None:
@@ -321,7 +338,7 @@ def synthesize(
     cex_w = np.zeros((n_sub, cap), np.float32)
     fill = np.zeros(n_sub, int)
     boost = np.ones(n_sub, np.float32)
-    skel = vf._skeleton(system)
+    skel = skeleton(system)
     progs = jax.device_get(_programs(system))
     C = config.chunk
     chunks = [np.arange(s, s + C) for s in range(0, n_sub, C)]
@@ -368,7 +385,7 @@ def synthesize(
                            [jax.device_put(own[k]) for k in _TRAINABLE])
         reach = ct.Reach(jax.device_put(kappa), jax.device_put(kappa_w))
         train_s += time.perf_counter() - t_tr
-        result = vf.verify(system, cert, reach, config.verify)
+        result = vf.verify(system, cert, reach, config.verify, throw=False)
         bar.update(1)
         bar.set_postfix(frac=f"{result.certified_fraction:.3f}")
         found = sum(r.counterexamples.shape[0] for r in result.subsystems)
@@ -378,6 +395,7 @@ def synthesize(
         fill, boost = _absorb(system, cert, reach, result, cex, cex_w, fill, boost,
                               jax.random.fold_in(k_jit, rnd), config)
     bar.close()
+    raise_if_failed(jnp.zeros(()), result.result, throw)
     return SynthesisResult(
         cert=cert,
         reach=reach,
@@ -402,8 +420,8 @@ def _values_at(skel, data_i, prog_i, pts, eta, eta_reach):
 
 def _absorb(system, cert, reach, result, cex, cex_w, fill, boost, key, config):
     """Counterexamples to (C1) into the buffer (in place); (C2) failures double kappa_i."""
-    data, progs, lo_all, hi_all, _ = jax.device_get(vf._all_local(system, cert, reach))
-    skel = vf._skeleton(system)
+    data, progs, lo_all, hi_all, _ = jax.device_get(vf.local_problems(system, cert, reach))
+    skel = skeleton(system)
     cap = cex.shape[1]
     rng = np.random.default_rng(int(jax.random.randint(key, (), 0, 2**30)))
     for i, r in enumerate(result.subsystems):

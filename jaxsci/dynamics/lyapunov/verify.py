@@ -42,15 +42,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsci.common import bounds as bd
+from jaxsci.core.status import RESULTS, raise_if_failed
 from jaxsci.core.validation import check_int, check_scalar
 from jaxsci.dynamics.lyapunov import certificates as ct
-from jaxsci.dynamics.lyapunov.systems import InterconnectedSystem
+from jaxsci.dynamics.lyapunov.systems import InterconnectedSystem, skeleton
 
 __all__ = [
     "VerifyConfig",
     "SubsystemResult",
     "VerificationResult",
     "branch_and_bound",
+    "local_problems",
     "verify_subsystem",
     "verify",
 ]
@@ -66,18 +68,24 @@ class VerifyConfig:
     max_counterexamples: int = 32  # stop a subsystem after this many (0: never early)
     intermediate: str = "crown"  # pre-activation bounds: "crown" or "ibp"
 
-    def validate(self) -> VerifyConfig:
+    def __post_init__(self):
         check_int("batch", self.batch, min=1)
         check_int("max_boxes", self.max_boxes, min=1)
         check_scalar("min_width", self.min_width, gt=0.0, lt=1.0)
         check_int("max_counterexamples", self.max_counterexamples, min=0)
         if self.intermediate not in ("crown", "ibp"):
             raise ValueError(f"intermediate must be 'crown' or 'ibp', got {self.intermediate!r}")
-        return self
 
 
 class SubsystemResult(NamedTuple):
-    certified: bool
+    """One subsystem's branch-and-bound outcome.
+
+    ``result`` is :data:`jaxsci.core.RESULTS` ``.successful`` when every box was proven
+    or pruned, ``.not_verified`` otherwise (a counterexample, or the budget ran out);
+    ``certified`` is the same as a Python bool.
+    """
+
+    result: RESULTS
     certified_fraction: float  # volume proven or pruned, over the box volume
     falsified_fraction: float
     unknown_fraction: float
@@ -86,9 +94,20 @@ class SubsystemResult(NamedTuple):
     counterexamples: np.ndarray  # (k, n_u) local inputs violating a condition
     violations: np.ndarray  # (k,) the largest condition value at each
 
+    @property
+    def certified(self) -> bool:
+        return bool(self.result == RESULTS.successful)
+
 
 class VerificationResult(NamedTuple):
-    certified: bool  # every subsystem certified and the gain condition holds
+    """The whole system's verification.
+
+    ``result`` is ``RESULTS.successful`` when every subsystem is certified and the gain
+    condition (G) holds, ``RESULTS.not_verified`` otherwise; ``certified`` is the same
+    as a Python bool.
+    """
+
+    result: RESULTS
     certified_fraction: float  # mean over subsystems
     seconds: float  # branch-and-bound time, all subsystems (compilation excluded)
     compile_seconds: float
@@ -96,24 +115,9 @@ class VerificationResult(NamedTuple):
     subsystems: list[SubsystemResult]
     gains: ct.GainReport
 
-
-def _skeleton(system: InterconnectedSystem) -> InterconnectedSystem:
-    """The system cut to one subsystem: its static structure, N-independent shapes."""
-    return InterconnectedSystem(
-        params=jax.tree_util.tree_map(lambda a: np.asarray(a)[:1], system.params),
-        neighbors=-np.ones((1, system.K), np.int32),  # structure only
-        state_box=np.asarray(system.state_box)[:1],
-        build=system.build,
-        w_max=system.w_max,
-        max_delay=system.max_delay,
-        n_w=system.n_w,
-        own_delay=system.own_delay,
-        neighbor_current=system.neighbor_current,
-        neighbor_delayed=system.neighbor_delayed,
-        neighbor_delay_is_own=system.neighbor_delay_is_own,
-        dt=system.dt,
-        name=system.name,
-    )
+    @property
+    def certified(self) -> bool:
+        return bool(self.result == RESULTS.successful)
 
 
 def _bound_batch_impl(skel, data_i, prog_i, lo, hi, eta, eta_reach, intermediate):
@@ -122,7 +126,7 @@ def _bound_batch_impl(skel, data_i, prog_i, lo, hi, eta, eta_reach, intermediate
     n_c = ct.n_conditions(skel)
 
     def one(lo_b, hi_b):
-        lb = bd._crown(cp, lo_b, hi_b, None, intermediate)
+        lb = bd.crown(cp, lo_b, hi_b, intermediate=intermediate)
         coef = lb.upper_coef[:n_c]
         worst = jnp.argmax(lb.upper[:n_c])
         vertex = jnp.where(coef[worst] > 0, hi_b, lo_b)
@@ -271,7 +275,7 @@ def branch_and_bound(bound_fn, lower, upper, n_cond, limits, config: VerifyConfi
     n_u = lower.shape[0]
     certified = not q_lo and fals_vol == 0.0 and unk_vol == 0.0 and not cex
     return SubsystemResult(
-        certified=bool(certified),
+        result=RESULTS.successful if certified else RESULTS.not_verified,
         certified_fraction=float(min(done_vol, 1.0)),
         falsified_fraction=float(fals_vol),
         unknown_fraction=float(unk_vol),
@@ -283,8 +287,20 @@ def branch_and_bound(bound_fn, lower, upper, n_cond, limits, config: VerifyConfi
 
 
 @eqx.filter_jit
-def _all_local(system, cert, reach):
-    """Per-subsystem data, programs, boxes and guard limits, stacked over ``N``."""
+def local_problems(system: InterconnectedSystem, cert: ct.Certificate, reach: ct.Reach):
+    """Every subsystem's verification problem, stacked over ``N`` (leading axis).
+
+    Args:
+      system: the interconnected system.
+      cert: its certificates and gains.
+      reach: the reachability constants of (C2).
+
+    Returns:
+      ``(data, programs, lower, upper, limits)``: the local data of
+      :func:`~.certificates.local_data`, the local dynamics programs, the local input
+      boxes ``[lower_i, upper_i]`` (:func:`~.certificates.domain_box`) and the guard
+      limits (:func:`~.certificates.guard_limits`).
+    """
     data = ct.local_data(cert, system, reach)
     progs = jax.vmap(system.build)(system.params)
     lo, hi = jax.vmap(lambda d: ct.domain_box(system, d, cert.eta_reach))(data)
@@ -294,8 +310,8 @@ def _all_local(system, cert, reach):
 
 def _subsystem_fns(system, cert, reach, config):
     """One bound function per subsystem (host-side slices of the stacked data)."""
-    skel = _skeleton(system)
-    data, progs, lo, hi, limits = jax.device_get(_all_local(system, cert, reach))
+    skel = skeleton(system)
+    data, progs, lo, hi, limits = jax.device_get(local_problems(system, cert, reach))
     out = []
     for i in range(system.n_sub):
         data_i = jax.tree_util.tree_map(lambda a, i=i: a[i], data)  # NumPy: no device ops
@@ -312,13 +328,28 @@ def verify_subsystem(
     reach: ct.Reach,
     i: int,
     config: VerifyConfig = VerifyConfig(),
+    *,
+    throw: bool = True,
 ) -> SubsystemResult:
-    """Branch-and-bound on subsystem ``i``'s conditions over its delay domain."""
+    """Branch-and-bound on subsystem ``i``'s conditions over its delay domain.
+
+    Args:
+      system, cert, reach: as for :func:`verify`.
+      i: the subsystem, ``0 <= i < N``.
+      config: the branch-and-bound budget.
+      throw: raise ``RESULTS.not_verified``'s message when the subsystem is not
+        certified (lineax's convention); ``False`` returns the result to inspect.
+
+    Returns:
+      :class:`SubsystemResult`.
+    """
     _check(system, cert, reach)
     i = check_int("i", i, min=0, max=system.n_sub - 1)
-    config.validate()
+    _check_config(config)
     bound_fn, lo, hi, limits = _subsystem_fns(system, cert, reach, config)[i]
-    return branch_and_bound(bound_fn, lo, hi, ct.n_conditions(system), limits, config)
+    res = branch_and_bound(bound_fn, lo, hi, ct.n_conditions(system), limits, config)
+    raise_if_failed(jnp.zeros(()), res.result, throw)
+    return res
 
 
 def verify(
@@ -326,10 +357,26 @@ def verify(
     cert: ct.Certificate,
     reach: ct.Reach,
     config: VerifyConfig = VerifyConfig(),
+    *,
+    throw: bool = True,
 ) -> VerificationResult:
-    """Verify every subsystem and the gain condition; compile time reported apart."""
+    """Verify every subsystem and the gain condition; compile time reported apart.
+
+    Args:
+      system: the interconnected system.
+      cert: its certificates and gains.
+      reach: the reachability constants of (C2) (:func:`~.train.estimate_reach`).
+      config: the branch-and-bound budget.
+      throw: raise ``RESULTS.not_verified``'s message when the system is not certified
+        (lineax's convention); ``False`` returns the result (counterexamples,
+        certified fractions) to inspect or train on.
+
+    Returns:
+      :class:`VerificationResult`; ``result == RESULTS.successful`` (``certified``)
+      when every subsystem and (G) are proven.
+    """
     _check(system, cert, reach)
-    config.validate()
+    _check_config(config)
     t0 = time.perf_counter()
     fns = _subsystem_fns(system, cert, reach, config)
     # Warm-up: compile the batched bound once (every subsystem shares the program).
@@ -342,8 +389,9 @@ def verify(
         for f, lo, hi, lim in fns
     ]
     rep = ct.gain_report(cert, system)
-    return VerificationResult(
-        certified=bool(rep.ok and all(r.certified for r in results)),
+    ok = rep.ok and all(r.certified for r in results)
+    out = VerificationResult(
+        result=RESULTS.successful if ok else RESULTS.not_verified,
         certified_fraction=float(np.mean([r.certified_fraction for r in results])),
         seconds=float(sum(r.seconds for r in results)),
         compile_seconds=float(compile_s),
@@ -351,6 +399,13 @@ def verify(
         subsystems=results,
         gains=rep,
     )
+    raise_if_failed(jnp.zeros(()), out.result, throw)
+    return out
+
+
+def _check_config(config):
+    if not isinstance(config, VerifyConfig):
+        raise TypeError(f"config must be a VerifyConfig, got {type(config).__name__}")
 
 
 def _check(system, cert, reach):

@@ -56,7 +56,7 @@ def test_out_below_a_file_is_a_usage_error(tmp_path, capsys):
 
 # A tiny hopfield config: the CLI's plumbing, not the physics.
 TINY = ["--smoke", "--set", "n=6", "--set", "alphas=0.3", "--set", "temperatures=0.5",
-        "--set", "n_equil=5", "--set", "n_sample=5"]
+        "--set", "sampler.n_equil=5", "--set", "sampler.n_sample=5"]
 
 
 def test_reproduce_end_to_end_refuses_to_overwrite_then_forces(tmp_path, capsys):

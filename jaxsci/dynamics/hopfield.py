@@ -1,9 +1,9 @@
 r"""Thermodynamic capacity of continuous Dense Associative Memory: LSE vs LSR kernels.
 
 Paper: "Thermodynamic memory capacity of modern Hopfield networks (Dense
-Associative Memory) with continuous states", ICML 2026 (abstract in
-``shared/seeds/004_*.txt``). Builds on Lucibello & Mezard, PRL 132, 077301 (2024)
-and Hoover et al., "Dense Associative Memory with Epanechnikov Energy".
+Associative Memory) with continuous states", ICML 2026. Builds on Lucibello &
+Mezard, PRL 132, 077301 (2024) and Hoover et al., "Dense Associative Memory with
+Epanechnikov Energy".
 
 Model
 -----
@@ -51,19 +51,46 @@ Phase boundaries (per neuron, N -> infinity)
 
 Which density the finite-N Monte Carlo follows is measured by the ``hopfield``
 experiment (``docs/hopfield.md``).
+
+API
+---
+Kernels are values (final equinox Modules under :class:`AbstractKernel`): ``LSE(beta)``
+and ``LSR(b)``; their parameters are pytree leaves, so ``vmap`` over a kernel built
+from an array of parameters sweeps them. The sampler is an ``init``/``step`` pair
+(:class:`MetropolisState`, :class:`MetropolisInfo`, temperature passed per step, so
+annealing and continued chains work); :func:`metropolis` is the one-call
+``lax.scan`` driver over them, configured by :class:`MetropolisConfig`.
+
+Differentiability: the energies and the analytic functions (``retrieval_overlap``,
+``retrieval_free_energy``, ``alpha_c``, ``alpha_th``, ``retrieval_boundary``) are
+differentiable; the Monte Carlo chain's outputs have gradient identically zero with
+respect to ``T`` and the kernel's parameter (Metropolis accept steps are piecewise
+constant).
+
+>>> import jax
+>>> from jaxsci.dynamics import hopfield as hf
+>>> pats = hf.sample_patterns(jax.random.key(0), 8, 3)
+>>> cfg = hf.MetropolisConfig(n_equil=20, n_sample=10)
+>>> res = hf.metropolis(jax.random.key(1), pats, 0, 0.1, hf.LSR(), cfg)
+>>> bool(res.alignment > 0.5)
+True
 """
 
 from __future__ import annotations
 
+import abc
 import math
 from typing import Literal, NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Int
+import numpy as np
+from jaxtyping import Array, Bool, Float, Int
 
 from jaxsci.core.sphere import normalize, sample_uniform
 from jaxsci.core.validation import (
+    as_array,
     check_array,
     check_choice,
     check_int,
@@ -73,8 +100,14 @@ from jaxsci.core.validation import (
 
 __all__ = [
     "B_DEFAULT",
-    "Kernel",
+    "BETA_DEFAULT",
+    "AbstractKernel",
+    "LSE",
+    "LSR",
     "Density",
+    "MetropolisConfig",
+    "MetropolisState",
+    "MetropolisInfo",
     "MCResult",
     "overlaps",
     "lse_energy",
@@ -82,6 +115,9 @@ __all__ = [
     "energy",
     "sample_patterns",
     "num_patterns",
+    "check_patterns",
+    "init",
+    "step",
     "metropolis",
     "geometric_entropy",
     "retrieval_overlap",
@@ -95,13 +131,38 @@ __all__ = [
     "expected_tail_count",
 ]
 
-Kernel = Literal["lse", "lsr"]
 Density = Literal["gaussian", "exact"]
-KERNELS = ("lse", "lsr")
 DENSITIES = ("gaussian", "exact")
 
 # Default LSR sharpness b = 2 + sqrt(2) (the value the paper and Hoover et al. use).
 B_DEFAULT = 2.0 + math.sqrt(2.0)
+# Default LSE inverse width: the sharp-kernel regime, E/N = 1 - phi near a pattern.
+BETA_DEFAULT = 1.0
+# Relative tolerance on pattern norms |xi| = sqrt(N) (float32 renormalisation is ~1e-7).
+NORM_RTOL = 1e-3
+
+
+def _is_tracer(x) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
+def _check_values(name, value, *, gt=None, ge=None, lt=None):
+    """Range check of a scalar or an array of values (a batch to vmap over), when concrete."""
+    if _is_tracer(value):
+        return
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be a real number, got bool {value!r}")
+    arr = np.asarray(value)
+    if not np.issubdtype(arr.dtype, np.number) or np.iscomplexobj(arr):
+        raise TypeError(f"{name} must be real, got {type(value).__name__} of dtype {arr.dtype}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if gt is not None and not np.all(arr > gt):
+        raise ValueError(f"{name} must be > {gt}, got {value}")
+    if ge is not None and not np.all(arr >= ge):
+        raise ValueError(f"{name} must be >= {ge}, got {value}")
+    if lt is not None and not np.all(arr < lt):
+        raise ValueError(f"{name} must be < {lt}, got {value}")
 
 
 # --------------------------------------------------------------------------- energies
@@ -113,22 +174,34 @@ def overlaps(x: Float[Array, " n"], patterns: Float[Array, "m n"]) -> Float[Arra
 
 
 def lse_energy(
-    x: Float[Array, " n"], patterns: Float[Array, "m n"], beta: float = 1.0
+    x: Float[Array, " n"], patterns: Float[Array, "m n"], beta: Float[Array, ""] | float = 1.0
 ) -> Float[Array, ""]:
-    """LSE energy ``-(1/beta) log sum_mu exp(-beta N (1 - phi_mu))``."""
+    """LSE energy ``-(1/beta) log sum_mu exp(-beta N (1 - phi_mu))``; ``beta`` may be traced.
+
+    For states and patterns on the sphere of radius ``sqrt(N)``, ``z = -beta N (1 - phi)``
+    lies in ``[-2 beta N, 0]``: while ``beta N <= 40`` ``exp(z)`` can neither overflow nor
+    lose its largest term, so logsumexp's max pass is skipped (one fewer sweep over M
+    terms, the cost that dominates the Monte Carlo at large alpha). A concrete ``beta``
+    picks the path in Python; a traced one through ``lax.cond`` (both paths under a
+    batched ``beta``).
+    """
     n = x.shape[-1]
     phi = overlaps(x, patterns)
-    z = -beta * n * (1.0 - phi)
-    if beta * n <= 40.0:
-        # z lies in [-2 beta N, 0], so exp(z) cannot overflow and its largest term
-        # cannot underflow: skip logsumexp's max pass (one fewer sweep over M terms,
-        # the cost that dominates the Monte Carlo at large alpha).
-        return -jnp.log(jnp.sum(jnp.exp(z))) / beta
-    return -jax.nn.logsumexp(z) / beta
+
+    def fast(beta):
+        return -jnp.log(jnp.sum(jnp.exp(-beta * n * (1.0 - phi)))) / beta
+
+    def stable(beta):
+        return -jax.nn.logsumexp(-beta * n * (1.0 - phi)) / beta
+
+    if not _is_tracer(beta):
+        return fast(beta) if float(np.asarray(beta)) * n <= 40.0 else stable(beta)
+    beta = jnp.asarray(beta, phi.dtype)
+    return jax.lax.cond(beta * n <= 40.0, fast, stable, beta)
 
 
 def lsr_energy(
-    x: Float[Array, " n"], patterns: Float[Array, "m n"], b: float = B_DEFAULT
+    x: Float[Array, " n"], patterns: Float[Array, "m n"], b: Float[Array, ""] | float = B_DEFAULT
 ) -> Float[Array, ""]:
     """LSR energy ``-(N/b) log sum_mu relu(1 - b (1 - phi_mu))``; ``+inf`` off the support."""
     n = x.shape[-1]
@@ -139,28 +212,140 @@ def lsr_energy(
     return jnp.where(s > 0, -(n / b) * jnp.log(jnp.where(s > 0, s, 1.0)), jnp.inf)
 
 
+class AbstractKernel(eqx.Module):
+    """A Dense Associative Memory kernel: its energy and its large-N retrieval theory.
+
+    Kernels are values: their parameters are pytree leaves, so ``jax.vmap`` (or
+    ``equinox.filter_vmap``) over a kernel built from an array of parameters sweeps
+    them, and ``jax.grad`` differentiates the energies with respect to them. A new
+    kernel subclasses this with the four methods below.
+    """
+
+    @abc.abstractmethod
+    def energy(self, x: Float[Array, " n"], patterns: Float[Array, "m n"]) -> Float[Array, ""]:
+        """Energy ``E(x)`` of the state ``x`` given the stored patterns."""
+
+    @abc.abstractmethod
+    def retrieval_energy(self, m: Float[Array, "..."]) -> Float[Array, "..."]:
+        """``u(m)``: energy per neuron at overlap ``m`` with the target (N -> inf)."""
+
+    @abc.abstractmethod
+    def retrieval_overlap(self, temperature: Float[Array, "..."]) -> Float[Array, "..."]:
+        """``m*(T)`` minimising ``u(m) - T s(m)`` (closed form)."""
+
+    @abc.abstractmethod
+    def threshold_load(self, density: Density = "gaussian") -> Float[Array, ""]:
+        """Load below which retrieval holds at every temperature (0 if none)."""
+
+    @abc.abstractmethod
+    def checked(self) -> AbstractKernel:
+        """The same kernel with its parameters range-checked inside jit (``error_if``)."""
+
+
+class LSE(AbstractKernel):
+    """Log-sum-exp (Gaussian) kernel with inverse width ``beta > 0``.
+
+    ``beta`` is traced when it is a JAX array (sweep it with ``vmap`` over
+    ``LSE(jnp.asarray(betas))``); a Python float is a compile-time constant.
+    """
+
+    beta: Float[Array, ""] | float = BETA_DEFAULT
+
+    def __check_init__(self):
+        _check_values("beta", self.beta, gt=0.0)
+
+    def energy(self, x, patterns):
+        return lse_energy(x, patterns, self.beta)
+
+    def retrieval_energy(self, m):
+        # E/N -> 1 - phi near the target for any beta (sharp-kernel regime, N -> inf).
+        return 1.0 - m
+
+    def retrieval_overlap(self, temperature):
+        t = jnp.asarray(temperature)
+        # d/dm [(1 - m) - T s(m)] = 0  <=>  m^2 + T m - 1 = 0
+        return 0.5 * (-t + jnp.sqrt(t * t + 4.0))
+
+    def threshold_load(self, density="gaussian"):
+        check_choice("density", density, DENSITIES)
+        return jnp.zeros(())
+
+    def checked(self):
+        if _is_tracer(self.beta):
+            return LSE(eqx.error_if(self.beta, ~(self.beta > 0), "beta must be > 0"))
+        return self
+
+
+class LSR(AbstractKernel):
+    """Log-sum-ReLU (Epanechnikov) kernel with sharpness ``b > 1`` (default ``2 + sqrt 2``).
+
+    ``b`` is traced when it is a JAX array (``vmap`` over ``LSR(jnp.asarray(bs))``).
+    """
+
+    b: Float[Array, ""] | float = B_DEFAULT
+
+    def __check_init__(self):
+        _check_values("b", self.b, gt=1.0)
+
+    def energy(self, x, patterns):
+        return lsr_energy(x, patterns, self.b)
+
+    def retrieval_energy(self, m):
+        return -jnp.log1p(-self.b * (1.0 - m)) / self.b
+
+    def retrieval_overlap(self, temperature):
+        t = jnp.asarray(temperature)
+        # -1/(1 - b(1-m)) + T m / (1 - m^2) = 0  <=>  (T b + 1) m^2 + T (1 - b) m - 1 = 0
+        a = t * self.b + 1.0
+        bb = t * (1.0 - self.b)
+        return (-bb + jnp.sqrt(bb * bb + 4.0 * a)) / (2.0 * a)
+
+    def threshold_load(self, density="gaussian"):
+        return alpha_th(self.b, density)
+
+    def checked(self):
+        if _is_tracer(self.b):
+            return LSR(eqx.error_if(self.b, ~(self.b > 1), "b must be > 1"))
+        return self
+
+
+DEFAULT_KERNEL = LSE()  # the default of every ``kernel=`` argument
+
+
+def _check_kernel(kernel) -> AbstractKernel:
+    if not isinstance(kernel, AbstractKernel):
+        raise TypeError(
+            "kernel must be a hopfield kernel module (hf.LSE(beta) or hf.LSR(b)), got "
+            f"{type(kernel).__name__} {kernel!r}"
+        )
+    return kernel.checked()
+
+
 def energy(
-    x: Float[Array, " n"],
-    patterns: Float[Array, "m n"],
-    kernel: Kernel = "lse",
-    *,
-    beta: float = 1.0,
-    b: float = B_DEFAULT,
+    x: Float[Array, " n"], patterns: Float[Array, "m n"], kernel: AbstractKernel = DEFAULT_KERNEL
 ) -> Float[Array, ""]:
-    """Energy of state ``x`` under ``kernel`` (``"lse"`` or ``"lsr"``)."""
-    check_choice("kernel", kernel, KERNELS)
+    """Energy of state ``x`` under ``kernel`` (``LSE(beta)`` or ``LSR(b)``).
+
+    Args:
+      x: state, shape ``(N,)``; array-likes are accepted.
+      patterns: stored patterns, shape ``(M, N)``.
+      kernel: the kernel module; its parameter may be traced.
+
+    Returns:
+      the scalar energy. Differentiable in ``x``, ``patterns`` and the kernel's
+      parameter (LSR: where the state is inside some kernel's support).
+    """
+    x = as_array("x", x)
+    patterns = as_array("patterns", patterns)
     _check_state(x, patterns)
-    _check_kernel_params(beta, b)
-    if kernel == "lse":
-        return lse_energy(x, patterns, beta)
-    return lsr_energy(x, patterns, b)
+    return _check_kernel(kernel).energy(x, patterns)
 
 
-# --------------------------------------------------------------------------- sampling
+# --------------------------------------------------------------------------- patterns
 
 
 def num_patterns(alpha: float, n: int) -> int:
-    """``M = round(e^{alpha N})``, at least 1."""
+    """``M = round(e^{alpha N})``, at least 1 (a shape: concrete ``alpha`` only)."""
     check_scalar("alpha", alpha, gt=0.0)
     n = check_int("n", n, min=2)
     return max(1, int(round(math.exp(alpha * n))))
@@ -174,6 +359,110 @@ def sample_patterns(key: jax.Array, n: int, m: int, dtype=jnp.float32) -> Float[
     return sample_uniform(key, m, n, radius=math.sqrt(n), dtype=dtype)
 
 
+def check_patterns(patterns, name: str = "patterns") -> Float[Array, "m n"]:
+    """Check stored patterns: shape ``(M >= 1, N >= 2)``, floating, finite, norms ``sqrt(N)``.
+
+    The norm is the model's semantic precondition (overlaps are ``<x, xi>/N``; patterns
+    of norm 1 instead of ``sqrt(N)`` give meaningless energies). Concrete patterns are
+    checked here; traced ones through ``equinox.error_if`` (fires inside jit/vmap).
+
+    Returns:
+      the patterns as a JAX array (array-likes converted once).
+    """
+    patterns = as_array(name, patterns)
+    check_array(name, patterns, ndim=2, dtype="floating")
+    m, n = patterns.shape
+    if m < 1:
+        raise ValueError(f"{name} must hold at least one pattern (M >= 1), got shape {(m, n)}")
+    if n < 2:
+        raise ValueError(f"{name} must have N >= 2 columns, got shape {(m, n)}")
+    # Concrete patterns (also closed-over constants inside a jit trace) are checked now:
+    # staged, XLA would constant-fold the norm of an (M, N) constant at every compile.
+    with jax.ensure_compile_time_eval():
+        dev = jnp.max(jnp.abs(jnp.linalg.norm(patterns, axis=1) / math.sqrt(n) - 1.0))
+    msg = (f"{name} must lie on the sphere of radius sqrt(N) = {math.sqrt(n):.4g} "
+           f"(|xi_mu| / sqrt(N) within {NORM_RTOL} of 1); rescale them, e.g. "
+           "sqrt(N) * xi / |xi|")
+    if _is_tracer(dev):
+        return eqx.error_if(patterns, ~(dev <= NORM_RTOL), msg)
+    if not float(dev) <= NORM_RTOL:
+        raise ValueError(f"{msg}; got a relative norm error of {float(dev):.3g}")
+    return patterns
+
+
+def _check_target(target, m: int):
+    if _is_tracer(target):
+        if not jnp.issubdtype(target.dtype, jnp.integer):
+            raise TypeError(f"target must have an integer dtype, got {target.dtype}")
+        return eqx.error_if(target, (target < 0) | (target >= m),
+                            f"target must be in 0..{m - 1} (M = {m} patterns)")
+    arr = np.asarray(target)
+    if arr.ndim != 0 or not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"target must be an integer index, got {target!r}")
+    check_int("target", int(arr), min=0, max=m - 1)
+    return jnp.asarray(target)
+
+
+def _check_temperature_positive(temperature, dtype):
+    if _is_tracer(temperature):
+        return eqx.error_if(temperature, ~(temperature > 0), "temperature must be > 0")
+    check_scalar("temperature", temperature, gt=0.0)
+    return jnp.asarray(temperature, dtype)
+
+
+# --------------------------------------------------------------------------- sampling
+
+
+class MetropolisConfig(eqx.Module):
+    """Settings of the Metropolis sampler (the single owner of their defaults).
+
+    ``n_equil``/``n_sample`` are loop counts (static). The other fields are numbers
+    (traced when given as JAX arrays, e.g. to ``vmap`` over ``step_size``).
+
+    Attributes:
+      n_equil: equilibration steps, proposal scale adapted (default 1000).
+      n_sample: sampling steps, proposal scale frozen (default 500).
+      init_noise: scale of the Gaussian perturbation of the target that starts a chain.
+      step_size: initial proposal scale.
+      target_acceptance: acceptance rate the adaptation aims at, in (0, 1).
+      adapt_rate: Robbins-Monro rate on the log proposal scale.
+    """
+
+    n_equil: int = eqx.field(default=1000, static=True)
+    n_sample: int = eqx.field(default=500, static=True)
+    init_noise: float = 0.05
+    step_size: float = 0.2
+    target_acceptance: float = 0.3
+    adapt_rate: float = 0.05
+
+    def __check_init__(self):
+        check_int("n_equil", self.n_equil, min=0)
+        check_int("n_sample", self.n_sample, min=1)
+        _check_values("init_noise", self.init_noise, ge=0.0)
+        _check_values("step_size", self.step_size, gt=0.0)
+        _check_values("target_acceptance", self.target_acceptance, gt=0.0, lt=1.0)
+        _check_values("adapt_rate", self.adapt_rate, ge=0.0)
+
+
+DEFAULT_CONFIG = MetropolisConfig()  # the default of every ``config=`` argument
+
+
+class MetropolisState(NamedTuple):
+    """State of one chain: position on the sphere, its energy, the log proposal scale."""
+
+    position: Float[Array, " n"]
+    energy: Float[Array, ""]
+    log_step_size: Float[Array, ""]
+
+
+class MetropolisInfo(NamedTuple):
+    """What one :func:`step` did."""
+
+    is_accepted: Bool[Array, ""]
+    acceptance_probability: Float[Array, ""]  # min(1, exp(-dE/T))
+    proposal_energy: Float[Array, ""]
+
+
 class MCResult(NamedTuple):
     """Output of :func:`metropolis` for one chain."""
 
@@ -185,119 +474,197 @@ class MCResult(NamedTuple):
     step_size: Float[Array, ""]  # proposal scale after equilibration
 
 
+def _init(key, patterns, target, kernel, config, x0):
+    n = patterns.shape[1]
+    if x0 is None:
+        xi = patterns[target]
+        noise = config.init_noise * jax.random.normal(key, (n,), patterns.dtype)
+        x0 = normalize(xi + noise, math.sqrt(n))
+    log_step = jnp.log(jnp.asarray(config.step_size, patterns.dtype))
+    return MetropolisState(x0, kernel.energy(x0, patterns), log_step)
+
+
+def _step(key, state, patterns, temperature, kernel, adapt_rate, target_acceptance):
+    n = patterns.shape[1]
+    x, e, log_step = state
+    k_prop, k_acc = jax.random.split(key)
+    g = jax.random.normal(k_prop, (n,), patterns.dtype)
+    # Radially renormalised Gaussian step: a symmetric proposal on the sphere.
+    x_new = normalize(x + jnp.exp(log_step) * g, math.sqrt(n))
+    e_new = kernel.energy(x_new, patterns)
+    log_acc = -(e_new - e) / temperature
+    accept = jnp.log(jax.random.uniform(k_acc, (), patterns.dtype)) < log_acc
+    x = jnp.where(accept, x_new, x)
+    e = jnp.where(accept, e_new, e)
+    if adapt_rate is not None:
+        # Robbins-Monro on the log scale: equilibration only, so sampling stays exact.
+        log_step = log_step + adapt_rate * (accept.astype(patterns.dtype) - target_acceptance)
+        log_step = jnp.clip(log_step, jnp.log(1e-4), jnp.log(3.0))
+    info = MetropolisInfo(accept, jnp.exp(jnp.minimum(log_acc, 0.0)), e_new)
+    return MetropolisState(x, e, log_step), info
+
+
+def init(
+    key: jax.Array,
+    patterns: Float[Array, "m n"],
+    target: Int[Array, ""] | int,
+    kernel: AbstractKernel = DEFAULT_KERNEL,
+    config: MetropolisConfig = DEFAULT_CONFIG,
+    *,
+    x0: Float[Array, " n"] | None = None,
+) -> MetropolisState:
+    """Start a chain at ``normalize(xi_target + init_noise * g)`` (or at ``x0``).
+
+    Args:
+      key: draws ``g`` (unused when ``x0`` is given).
+      patterns: ``(M, N)`` patterns on the sphere of radius ``sqrt(N)`` (checked).
+      target: index of the pattern to start next to; traced targets outside
+        ``0..M-1`` raise inside jit (``error_if``) instead of being clamped.
+      kernel: ``LSE(beta)`` or ``LSR(b)``.
+      config: supplies ``init_noise`` and ``step_size``.
+      x0: explicit start, shape ``(N,)``, on the sphere.
+
+    Returns:
+      the :class:`MetropolisState`.
+    """
+    check_key("key", key)
+    patterns = check_patterns(patterns)
+    target = _check_target(target, patterns.shape[0])
+    kernel = _check_kernel(kernel)
+    _check_config(config)
+    if x0 is not None:
+        x0 = _check_x0(x0, patterns)
+    return _init(key, patterns, target, kernel, config, x0)
+
+
+def step(
+    key: jax.Array,
+    state: MetropolisState,
+    patterns: Float[Array, "m n"],
+    temperature: Float[Array, ""] | float,
+    kernel: AbstractKernel = DEFAULT_KERNEL,
+    *,
+    adapt_rate: Float[Array, ""] | float | None = None,
+    target_acceptance: Float[Array, ""] | float = 0.3,
+) -> tuple[MetropolisState, MetropolisInfo]:
+    """One Metropolis step at ``temperature`` (given per step: annealing is a schedule).
+
+    Args:
+      key: the step's randomness.
+      state: from :func:`init` or a previous step.
+      patterns: the same ``(M, N)`` patterns (shape-checked only: the norm check is
+        :func:`init`'s, so a step costs one pass over the patterns).
+      temperature: ``T > 0``, traced; a non-positive traced value raises inside jit.
+      kernel: ``LSE(beta)`` or ``LSR(b)``.
+      adapt_rate: ``None`` (an exact Metropolis step) or the Robbins-Monro rate that
+        moves the log proposal scale toward ``target_acceptance``.
+      target_acceptance: the acceptance rate the adaptation aims at.
+
+    Returns:
+      ``(new_state, info)``. The gradient of ``new_state`` (and of anything computed
+      from the chain's states) with respect to ``temperature`` is identically zero: the
+      accept decisions are piecewise constant in ``T`` (see :func:`metropolis`); only
+      ``info.acceptance_probability`` depends smoothly on ``T``.
+    """
+    check_key("key", key)
+    check_array("patterns", patterns, ndim=2, dtype="floating", finite=False)
+    if not isinstance(state, MetropolisState):
+        raise TypeError(f"state must be a MetropolisState (from hf.init), got "
+                        f"{type(state).__name__}")
+    check_array("state.position", state.position, shape=(patterns.shape[1],), dtype="floating",
+                finite=False)
+    kernel = _check_kernel(kernel)
+    temperature = _check_temperature_positive(temperature, patterns.dtype)
+    if adapt_rate is not None:
+        _check_values("adapt_rate", adapt_rate, ge=0.0)
+        _check_values("target_acceptance", target_acceptance, gt=0.0, lt=1.0)
+    return _step(key, state, patterns, temperature, kernel, adapt_rate, target_acceptance)
+
+
 def metropolis(
     key: jax.Array,
     patterns: Float[Array, "m n"],
     target: Int[Array, ""] | int,
     temperature: Float[Array, ""] | float,
-    kernel: Kernel = "lse",
+    kernel: AbstractKernel = DEFAULT_KERNEL,
+    config: MetropolisConfig = DEFAULT_CONFIG,
     *,
-    n_equil: int = 1000,
-    n_sample: int = 500,
-    beta: float = 1.0,
-    b: float = B_DEFAULT,
-    init_noise: float = 0.05,
-    step_size: float = 0.2,
-    target_acceptance: float = 0.3,
     x0: Float[Array, " n"] | None = None,
 ) -> MCResult:
     """Metropolis Monte Carlo on the sphere of radius ``sqrt(N)`` at temperature ``T``.
 
-    The chain starts at ``normalize(xi_target + init_noise * g)`` (inside the target's
-    basin: the retrieval test) unless ``x0`` is given. During the ``n_equil``
-    equilibration steps the proposal scale adapts (Robbins-Monro on its log) toward
-    ``target_acceptance``; it is then frozen, so the ``n_sample`` sampling steps are
-    an exact Metropolis chain. Jittable and vmappable over ``key``, ``target``,
-    ``temperature`` and ``x0``: vmap over chains turns the overlap computation into
-    one matrix product against the shared patterns.
+    A thin ``lax.scan`` driver over :func:`init` and :func:`step`: the chain starts next
+    to ``xi_target`` (the retrieval test) unless ``x0`` is given; during the
+    ``config.n_equil`` equilibration steps the proposal scale adapts toward
+    ``config.target_acceptance``; it is then frozen, so the ``config.n_sample`` sampling
+    steps are an exact Metropolis chain. To continue a chain or anneal ``T``, call
+    :func:`init`/:func:`step` yourself.
+
+    Jittable and vmappable over ``key``, ``target``, ``temperature``, ``x0`` and the
+    kernel's parameter (``LSE(beta)``/``LSR(b)`` with array parameters): vmap over
+    chains turns the overlap computation into one matrix product against the shared
+    patterns. Bad values raise inside jit/vmap too (``equinox.error_if``): a target
+    outside ``0..M-1``, ``T <= 0``, patterns off the sphere of radius ``sqrt(N)``.
+
+    Differentiability: the accept/reject decisions are piecewise constant in ``T`` and
+    in the kernel's parameter, so ``jax.grad`` of the alignment (or of any output)
+    with respect to them is identically **zero**, not an estimate of the derivative of
+    the expectation; differentiate the analytic functions (:func:`retrieval_boundary`,
+    :func:`alpha_c`, the energies) instead.
+
+    Args:
+      key: the chain's randomness (same key, same chain).
+      patterns: ``(M, N)`` patterns on the sphere of radius ``sqrt(N)``.
+      target: index of the pattern to retrieve; alignments are measured against it.
+      temperature: ``T > 0``.
+      kernel: ``LSE(beta)`` (default ``LSE()``) or ``LSR(b)``.
+      config: the :class:`MetropolisConfig` (step counts, noise, proposal scale).
+      x0: explicit start on the sphere, shape ``(N,)``.
+
+    Returns:
+      the :class:`MCResult`.
     """
     check_key("key", key)
-    check_choice("kernel", kernel, KERNELS)
-    check_array("patterns", patterns, ndim=2, dtype="floating")
-    if patterns.shape[1] < 2:
-        raise ValueError(f"patterns must have N >= 2 columns, got shape {tuple(patterns.shape)}")
-    if not isinstance(target, jax.core.Tracer):
-        check_int("target", int(target), min=0, max=patterns.shape[0] - 1)
-    check_scalar("temperature", temperature, gt=0.0)
-    check_int("n_equil", n_equil, min=0)
-    check_int("n_sample", n_sample, min=1)
-    _check_kernel_params(beta, b)
-    check_scalar("init_noise", init_noise, ge=0.0)
-    check_scalar("step_size", step_size, gt=0.0)
-    check_scalar("target_acceptance", target_acceptance, gt=0.0, lt=1.0)
+    patterns = check_patterns(patterns)
+    target = _check_target(target, patterns.shape[0])
+    temperature = _check_temperature_positive(temperature, patterns.dtype)
+    kernel = _check_kernel(kernel)
+    _check_config(config)
     if x0 is not None:
-        check_array("x0", x0, shape=(patterns.shape[1],), dtype="floating")
-    return _metropolis(
-        key,
-        patterns,
-        jnp.asarray(target),
-        jnp.asarray(temperature, patterns.dtype),
-        kernel,
-        n_equil,
-        n_sample,
-        beta,
-        b,
-        init_noise,
-        step_size,
-        target_acceptance,
-        x0,
-    )
+        x0 = _check_x0(x0, patterns)
+    return _metropolis(key, patterns, target, temperature, kernel, config, x0)
 
 
-def _metropolis(
-    key, patterns, target, temperature, kernel, n_equil, n_sample, beta, b,
-    init_noise, step_size, target_acceptance, x0,
-):
+# Jitted once per shapes/kernel type/config: eager calls in a loop reuse the program
+# (the checks above ran concretely); under an outer jit/vmap it is simply inlined.
+@eqx.filter_jit
+def _metropolis(key, patterns, target, temperature, kernel, config, x0):
     n = patterns.shape[1]
-    radius = math.sqrt(n)
     xi = patterns[target]
-
-    def e_fn(x):
-        return lse_energy(x, patterns, beta) if kernel == "lse" else lsr_energy(x, patterns, b)
-
     k_init, k_eq, k_samp = jax.random.split(key, 3)
-    if x0 is None:
-        x0 = normalize(xi + init_noise * jax.random.normal(k_init, (n,), patterns.dtype), radius)
-    e0 = e_fn(x0)
-    log_step0 = jnp.log(jnp.asarray(step_size, patterns.dtype))
+    state = _init(k_init, patterns, target, kernel, config, x0)
 
-    def propose(carry, k, adapt):
-        x, e, log_step = carry
-        k_prop, k_acc = jax.random.split(k)
-        g = jax.random.normal(k_prop, (n,), patterns.dtype)
-        # Radially renormalised Gaussian step: a symmetric proposal on the sphere.
-        x_new = normalize(x + jnp.exp(log_step) * g, radius)
-        e_new = e_fn(x_new)
-        log_acc = -(e_new - e) / temperature
-        accept = jnp.log(jax.random.uniform(k_acc, (), patterns.dtype)) < log_acc
-        x = jnp.where(accept, x_new, x)
-        e = jnp.where(accept, e_new, e)
-        if adapt:
-            # Robbins-Monro on the log scale: equilibration only, so sampling stays exact.
-            log_step = log_step + 0.05 * (accept.astype(patterns.dtype) - target_acceptance)
-            log_step = jnp.clip(log_step, jnp.log(1e-4), jnp.log(3.0))
-        return (x, e, log_step), accept
+    def eq_step(state, k):
+        state, _ = _step(k, state, patterns, temperature, kernel, config.adapt_rate,
+                         config.target_acceptance)
+        return state, None
 
-    def eq_step(carry, k):
-        carry, _ = propose(carry, k, True)
-        return carry, None
+    if config.n_equil > 0:
+        state, _ = jax.lax.scan(eq_step, state, jax.random.split(k_eq, config.n_equil))
 
-    carry = (x0, e0, log_step0)
-    if n_equil > 0:
-        carry, _ = jax.lax.scan(eq_step, carry, jax.random.split(k_eq, n_equil))
-
-    def samp_step(state, k):
-        carry, s1, s2, acc = state
-        carry, accepted = propose(carry, k, False)
-        phi = jnp.dot(carry[0], xi) / n
-        return (carry, s1 + phi, s2 + phi * phi, acc + accepted), None
+    def samp_step(carry, k):
+        state, s1, s2, acc = carry
+        state, info = _step(k, state, patterns, temperature, kernel, None, None)
+        phi = jnp.dot(state.position, xi) / n
+        return (state, s1 + phi, s2 + phi * phi, acc + info.is_accepted), None
 
     zero = jnp.zeros((), patterns.dtype)
-    (carry, s1, s2, acc), _ = jax.lax.scan(
-        samp_step, (carry, zero, zero, zero), jax.random.split(k_samp, n_sample)
+    (state, s1, s2, acc), _ = jax.lax.scan(
+        samp_step, (state, zero, zero, zero), jax.random.split(k_samp, config.n_sample)
     )
-    x, e, log_step = carry
-    return MCResult(s1 / n_sample, s2 / n_sample, x, e, acc / n_sample, jnp.exp(log_step))
+    ns = config.n_sample
+    return MCResult(s1 / ns, s2 / ns, state.position, state.energy, acc / ns,
+                    jnp.exp(state.log_step_size))
 
 
 # --------------------------------------------------------------------------- theory
@@ -308,32 +675,25 @@ def geometric_entropy(m: Float[Array, "..."]) -> Float[Array, "..."]:
     return 0.5 * jnp.log1p(-jnp.square(m))
 
 
-def retrieval_overlap(temperature, kernel: Kernel = "lse", b: float = B_DEFAULT):
-    """Overlap ``m*(T)`` minimising ``u(m) - T s(m)`` near the target (closed form)."""
-    check_choice("kernel", kernel, KERNELS)
+def retrieval_overlap(temperature, kernel: AbstractKernel = DEFAULT_KERNEL):
+    """Overlap ``m*(T)`` minimising ``u(m) - T s(m)`` near the target (closed form).
+
+    Differentiable in ``temperature`` and the kernel's parameter.
+    """
+    return _check_kernel(kernel).retrieval_overlap(temperature)
+
+
+def retrieval_free_energy(temperature, kernel: AbstractKernel = DEFAULT_KERNEL):
+    """``f_ret(T) = min_m [u(m) - T s(m)]`` per neuron (0 at T = 0).
+
+    Differentiable in ``temperature`` (for ``T > 0``) and the kernel's parameter.
+    """
+    kernel = _check_kernel(kernel)
     t = jnp.asarray(temperature)
-    if kernel == "lse":
-        # d/dm [(1 - m) - T s(m)] = 0  <=>  m^2 + T m - 1 = 0
-        return 0.5 * (-t + jnp.sqrt(t * t + 4.0))
-    # -1/(1 - b(1-m)) + T m / (1 - m^2) = 0  <=>  (T b + 1) m^2 + T (1 - b) m - 1 = 0
-    a = t * b + 1.0
-    bb = t * (1.0 - b)
-    return (-bb + jnp.sqrt(bb * bb + 4.0 * a)) / (2.0 * a)
-
-
-def _kernel_energy(m, kernel, b):
-    if kernel == "lse":
-        return 1.0 - m
-    return -jnp.log1p(-b * (1.0 - m)) / b
-
-
-def retrieval_free_energy(temperature, kernel: Kernel = "lse", b: float = B_DEFAULT):
-    """``f_ret(T) = min_m [u(m) - T s(m)]`` per neuron (0 at T = 0)."""
-    t = jnp.asarray(temperature)
-    m = retrieval_overlap(t, kernel, b)
+    m = kernel.retrieval_overlap(t)
     # At T = 0, m* = 1 where s = -inf: the limit of T s(m*(T)) is 0.
     m_safe = jnp.where(t > 0, m, 0.0)
-    return jnp.where(t > 0, _kernel_energy(m, kernel, b) - t * geometric_entropy(m_safe), 0.0)
+    return jnp.where(t > 0, kernel.retrieval_energy(m) - t * geometric_entropy(m_safe), 0.0)
 
 
 def max_spurious_overlap(alpha, density: Density = "gaussian"):
@@ -354,38 +714,41 @@ def alpha_from_overlap(phi, density: Density = "gaussian"):
     return -0.5 * jnp.log1p(-p * p)
 
 
-def alpha_th(b: float = B_DEFAULT, density: Density = "gaussian"):
-    """LSR threshold: below it no spurious pattern reaches the support ``phi > 1 - 1/b``."""
-    check_scalar("b", b, gt=1.0)
+def alpha_th(b: Float[Array, ""] | float = B_DEFAULT, density: Density = "gaussian"):
+    """LSR threshold: below it no spurious pattern reaches the support ``phi > 1 - 1/b``.
+
+    ``b`` may be traced (``b > 1``); differentiable in ``b``.
+    """
+    _check_values("b", b, gt=1.0)
     return alpha_from_overlap(1.0 - 1.0 / b, density)
 
 
-def alpha_c(temperature, kernel: Kernel = "lse", density: Density = "gaussian",
-            b: float = B_DEFAULT):
+def alpha_c(temperature, kernel: AbstractKernel = DEFAULT_KERNEL, density: Density = "gaussian"):
     """Critical line ``alpha_c(T) = phi_max^{-1}(1 - f_ret(T))`` (0 where ``f_ret >= 1``).
 
     For LSR this is the curved part only; the retrieval region also includes
     ``alpha < alpha_th`` (see :func:`retrieval_boundary`). With the exact density the
-    value diverges as ``T -> 0`` (``inf`` at ``T = 0``).
+    value diverges as ``T -> 0`` (``inf`` at ``T = 0``). Traced and differentiable in
+    ``temperature`` (for ``T > 0``) and the kernel's parameter.
     """
-    check_choice("kernel", kernel, KERNELS)
     check_choice("density", density, DENSITIES)
     _check_temperature(temperature)
-    f = retrieval_free_energy(temperature, kernel, b)
+    f = retrieval_free_energy(temperature, kernel)
     p = jnp.clip(1.0 - f, 0.0, 1.0)
     return alpha_from_overlap(p, density)
 
 
-def retrieval_boundary(temperature, kernel: Kernel = "lse", density: Density = "gaussian",
-                       b: float = B_DEFAULT):
+def retrieval_boundary(temperature, kernel: AbstractKernel = DEFAULT_KERNEL,
+                       density: Density = "gaussian"):
     """Load below which the target is retrieved at temperature T.
 
-    LSE: ``alpha_c(T)``. LSR: ``max(alpha_th, alpha_c(T))``.
+    LSE: ``alpha_c(T)``. LSR: ``max(alpha_th, alpha_c(T))`` (the kernel's
+    :meth:`~AbstractKernel.threshold_load`). Traced and differentiable in ``temperature``
+    and the kernel's parameter (almost everywhere: the max has a kink).
     """
-    ac = alpha_c(temperature, kernel, density, b)
-    if kernel == "lsr":
-        return jnp.maximum(alpha_th(b, density), ac)
-    return ac
+    kernel = _check_kernel(kernel)
+    ac = alpha_c(temperature, kernel, density)
+    return jnp.maximum(kernel.threshold_load(density), ac)
 
 
 def overlap_tail(t, n: int, density: Density = "gaussian"):
@@ -413,13 +776,27 @@ def expected_tail_count(t, n: int, m: int, density: Density = "gaussian"):
 # --------------------------------------------------------------------------- checks
 
 
-def _check_kernel_params(beta, b):
-    check_scalar("beta", beta, gt=0.0)
-    check_scalar("b", b, gt=1.0)
+def _check_config(config):
+    if not isinstance(config, MetropolisConfig):
+        raise TypeError(f"config must be a hf.MetropolisConfig, got {type(config).__name__}")
+
+
+def _check_x0(x0, patterns):
+    x0 = as_array("x0", x0)
+    check_array("x0", x0, shape=(patterns.shape[1],), dtype="floating")
+    n = patterns.shape[1]
+    with jax.ensure_compile_time_eval():
+        dev = jnp.abs(jnp.linalg.norm(x0) / math.sqrt(n) - 1.0)
+    msg = f"x0 must lie on the sphere of radius sqrt(N) = {math.sqrt(n):.4g}"
+    if _is_tracer(dev):
+        return eqx.error_if(x0, ~(dev <= NORM_RTOL), msg)
+    if not float(dev) <= NORM_RTOL:
+        raise ValueError(f"{msg}, got norm {float(jnp.linalg.norm(x0)):.4g}")
+    return x0
 
 
 def _check_temperature(temperature):
-    if isinstance(temperature, jax.core.Tracer):
+    if _is_tracer(temperature):
         return
     check_array("temperature", jnp.asarray(temperature), dtype="number", ge=0.0)
 
@@ -429,3 +806,6 @@ def _check_state(x, patterns):
     if x.shape[0] < 2:
         raise ValueError(f"x must have N >= 2 components, got N = {x.shape[0]}")
     check_array("patterns", patterns, shape=(None, x.shape[0]), dtype="floating")
+    if patterns.shape[0] < 1:
+        raise ValueError(f"patterns must hold at least one pattern (M >= 1), got shape "
+                         f"{tuple(patterns.shape)}")

@@ -68,8 +68,9 @@ def bench_case(kernel, n, alpha):
     targets = jnp.arange(CHAINS) % m
     keys = jax.random.split(jax.random.key(1), CHAINS)
 
-    fn = jax.jit(jax.vmap(lambda k, t, T: hf.metropolis(
-        k, patterns, t, T, kernel, n_equil=0, n_sample=STEPS, step_size=0.05)))
+    kern = {"lse": hf.LSE(), "lsr": hf.LSR()}[kernel]
+    config = hf.MetropolisConfig(n_equil=0, n_sample=STEPS, step_size=0.05)
+    fn = jax.jit(jax.vmap(lambda k, t, T: hf.metropolis(k, patterns, t, T, kern, config)))
     t0 = time.perf_counter()
     jax.block_until_ready(fn(keys, targets, temps))
     first = time.perf_counter() - t0

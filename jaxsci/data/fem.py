@@ -1,7 +1,7 @@
 r"""Random second-order elliptic FEM systems on 2-D triangulations (scikit-fem, P1).
 
-The problem suite of G-RANS ("Generalizable Residual-Aware Neural Solver", ICML 2026;
-abstract in ``shared/seeds/000_*.txt``): on a triangulated domain ``Omega`` with
+The problem suite of G-RANS ("Generalizable Residual-Aware Neural Solver", ICML 2026):
+on a triangulated domain ``Omega`` with
 homogeneous Dirichlet boundary, find ``u`` with
 
 * ``poisson``:              ``-div(kappa grad u) = f``

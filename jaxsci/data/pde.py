@@ -2,7 +2,7 @@ r"""Pseudo-spectral PDE data generators on periodic domains (1-D and 2-D).
 
 Data for functional operator / Koopman learning (the MERLIN issue: Lu, Ma, Lin &
 Zhu, "Interpretable Functional Koopman Learning with Non-Markovian Closure for
-Spatiotemporal Systems", ICML 2026, abstract in ``shared/seeds/000_*.txt``) and
+Spatiotemporal Systems", ICML 2026) and
 for any other user who needs trajectories of the classic benchmark PDEs. Every
 solver is pure-functional JAX: fields live on uniform periodic grids, the state
 is advanced in Fourier space (``rfft``), time loops are ``lax.scan``, and the

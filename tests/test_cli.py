@@ -55,7 +55,7 @@ def test_out_below_a_file_is_a_usage_error(tmp_path, capsys):
 
 
 # A tiny hopfield config: the CLI's plumbing, not the physics.
-TINY = ["--smoke", "--set", "n=6", "--set", "alphas=0.3", "--set", "temperatures=0.5",
+TINY = ["--smoke", "--set", "n=6", "--set", "alphas=0.2,0.4", "--set", "temperatures=0.3,1.0",
         "--set", "sampler.n_equil=5", "--set", "sampler.n_sample=5"]
 
 

@@ -200,25 +200,6 @@ class Interrupted(Exception):
     """Ctrl-C during a run: one line saying what is saved, exit code 130."""
 
 
-def _compile_cache() -> None:
-    """A persistent XLA compilation cache for CLI runs (``~/.cache/jaxsci/xla``): a rerun
-    or a resumed run does not compile the same programs again. ``JAXSCI_COMPILE_CACHE=0``
-    turns it off; a ``JAX_COMPILATION_CACHE_DIR`` already set is respected."""
-    if os.environ.get("JAXSCI_COMPILE_CACHE", "1") == "0":
-        return
-    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-        return
-    path = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "jaxsci" / "xla"
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return
-    import jax
-
-    jax.config.update("jax_compilation_cache_dir", str(path))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = _build_parser()
     try:
@@ -231,7 +212,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "list":
             return _cmd_list()
         if args.command == "reproduce":
-            _compile_cache()
             return _cmd_reproduce(args)
         if args.command == "bench":
             return _cmd_bench(args)

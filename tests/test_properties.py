@@ -22,13 +22,26 @@ def _load_cases():
     return out
 
 
-PARAMS = [pytest.param(fn, id=f"{case.name}-{cid}") for case in _load_cases()
-          for cid, fn in checks(case)]
+def _by_method():
+    out = {}
+    for case in _load_cases():
+        for cid, fn in checks(case):
+            out.setdefault(case.method, []).append(pytest.param(fn, id=f"{case.name}-{cid}"))
+    return out
 
 
-@pytest.mark.parametrize("check", PARAMS)
-def test_property(check):
-    check()
+def _property_class(method, params):
+    # One class per method: pytest-xdist's loadscope sends each class to a worker as a
+    # unit, so the methods' checks spread over the workers instead of queueing on one.
+    @pytest.mark.parametrize("check", params)
+    def test_property(self, check):
+        check()
+
+    return type(f"TestProperties_{method}", (), {"test_property": test_property})
+
+
+for _method, _params in _by_method().items():
+    globals()[f"TestProperties_{_method}"] = _property_class(_method, _params)
 
 
 def test_every_landed_method_declares_three_entry_points():

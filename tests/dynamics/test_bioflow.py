@@ -45,7 +45,10 @@ def test_vmap_over_systems_equals_loop():
     batch = bf.simulate(fam, params, y0, 24)
     for i in (0, 4, 9):
         one = bf.simulate(fam[i:i + 1], params[i:i + 1], y0[i:i + 1], 24)[0]
-        np.testing.assert_allclose(batch[i], one, rtol=1e-5, atol=1e-6)
+        # Two float32 adaptive solves agree to the solver's own tolerance (rtol 1e-5 per
+        # step, accumulated over the horizon), not bit for bit: XLA may fuse the batched
+        # program differently (seen: 3e-5 relative on a clean-clone CI run).
+        np.testing.assert_allclose(batch[i], one, rtol=1e-4, atol=1e-5)
 
 
 def test_regime_labels_on_constructed_cases():

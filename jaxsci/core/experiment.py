@@ -688,17 +688,11 @@ def _check_memory(exp: Experiment, config: Any) -> None:
 
 
 def _available_memory_gb() -> float | None:
+    """MemAvailable from /proc/meminfo (counts reclaimable cache); None where unknown."""
     try:
-        pages = os.sysconf("SC_AVPHYS_PAGES") if hasattr(os, "sysconf") else None
-        size = os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError):
-        return None
-    if pages is None:
-        return None
-    try:  # MemAvailable counts reclaimable cache too
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) / 1e6
-    except OSError:
+    except (OSError, ValueError, IndexError):
         pass
-    return pages * size / 1e9
+    return None

@@ -7,14 +7,17 @@ The persistent compilation cache is off unless ``JAXSCI_TEST_JAX_CACHE=DIR`` is 
 clean-clone run crashed with segmentation faults inside JAX's compile / cache-write
 path (2026-12-01). JAX bakes host callbacks into the compiled module (its own comment in
 ``jax/_src/compiler.py``), so a cached executable can point at a callback object that no
-longer exists; CI therefore runs without the cache.
+longer exists; CI therefore runs without the cache. The next CI run, without the
+cache, still had one worker abort (SIGABRT) inside ``backend_compile_and_load``
+during a quick trend run, so the cache was not the whole cause; the trend runs now
+happen in subprocesses, which a native crash ends without taking the worker.
 
-A run that deselects the ``reproduce`` trend tests (``-m "not reproduce"``: the unit
-and smoke loop) also compiles with XLA's CPU backend optimisation level 0: those
-tests are compile-bound, and level 0 compiles ~1.5x faster for slower generated code
-(the same HLO, only the LLVM code generation differs). Runs that include the
-``reproduce`` tests (CI's full suite) keep the default. ``JAXSCI_TEST_FAST_COMPILE=0``
-or ``=1`` forces either choice.
+The tests compile with XLA's CPU backend optimisation level 0: they are compile-bound,
+and level 0 compiles ~1.5x faster for slower generated code (the same HLO, only the
+LLVM code generation differs). The ``reproduce`` trend tests are run-time-bound; they
+run each experiment's quick config in a subprocess with the default optimisation
+(``tests/experiments/test_protocol.py``). ``JAXSCI_TEST_FAST_COMPILE=0`` turns level 0
+off.
 """
 
 import json
@@ -53,9 +56,7 @@ if os.environ.get("JAXSCI_TEST_JAX_CACHE"):
 def pytest_configure(config):
     # Before any test computes (the CPU backend reads XLA_FLAGS when it starts); xdist
     # workers run this hook too, with the same -m expression.
-    fast = os.environ.get("JAXSCI_TEST_FAST_COMPILE")
-    if fast is None:
-        fast = "1" if "not reproduce" in (config.option.markexpr or "") else "0"
+    fast = os.environ.get("JAXSCI_TEST_FAST_COMPILE", "1")
     if fast == "1" and "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (
             os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
@@ -170,6 +171,22 @@ def _method_of(nodeid: str):
     return None
 
 
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's loadscope with one scope per method: a method's unit, smoke,
+    property and trend tests run on one worker, so its session-scoped smoke run and its
+    shared compiled programs are built once, not once on every worker that happens to
+    run one of its files. Tests of no method are scoped by file (their module-scoped
+    fixtures are built once). (``--dist loadgroup`` would do this with marks, but
+    pytest-xdist 3.8 tags node ids in a way pytest 9.2 no longer honours.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByMethod(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            return _method_of(nodeid) or nodeid.partition("::")[0]
+
+    return ByMethod(config, log)
+
+
 def pytest_runtest_logreport(report):
     method = _method_of(report.nodeid)
     if method is None:
@@ -194,3 +211,4 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         tr.write_line(f"FAILED: methods over twice their test budget: {over}")
         if tr._session.exitstatus == 0:
             tr._session.exitstatus = 1
+

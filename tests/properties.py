@@ -111,18 +111,29 @@ def _call(case: Case, kwargs: dict[str, Any]) -> Any:
     return case.out(case.fn(**kwargs))
 
 
+_FAST: dict[int, tuple[Case, Callable[[dict[str, Any]], Any]]] = {}
+
+
 def _fast(case: Case) -> Callable[[dict[str, Any]], Any]:
-    """The call the checks other than ``jit`` use: jitted when the case is jittable (one
-    compile, reused for every loop element and finite-difference point), else eager."""
-    if not case.jit:
-        return lambda kw: _call(case, kw)
-    return eqx.filter_jit(lambda kw: _call(case, kw))
+    """The jitted call of a case (eager when the case is not jittable), made once per
+    case: the ``jit``, ``vmap`` (its loop) and ``determinism`` checks call it with
+    same-shaped inputs, so they share one compiled program (all of a method's checks run
+    on one pytest-xdist worker)."""
+    hit = _FAST.get(id(case))
+    if hit is not None and hit[0] is case:
+        return hit[1]
+    if case.jit:
+        fn = eqx.filter_jit(lambda kw: _call(case, kw))
+    else:
+        fn = lambda kw: _call(case, kw)  # noqa: E731
+    _FAST[id(case)] = (case, fn)
+    return fn
 
 
 def check_jit(case: Case) -> None:
     kw = case.make()
     eager = _call(case, kw)
-    jitted = eqx.filter_jit(lambda kw: _call(case, kw))(kw)
+    jitted = _fast(case)(kw)
     _assert_close(jitted, eager, case.rtol, case.atol, f"{case.name}: jit vs eager")
 
 

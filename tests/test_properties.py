@@ -31,8 +31,8 @@ def _by_method():
 
 
 def _property_class(method, params):
-    # One class per method: pytest-xdist's loadscope sends each class to a worker as a
-    # unit, so the methods' checks spread over the workers instead of queueing on one.
+    # One class per method: a readable report, and the class name tells
+    # tests/conftest.py which method (pytest-xdist group) the checks belong to.
     @pytest.mark.parametrize("check", params)
     def test_property(self, check):
         check()

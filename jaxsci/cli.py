@@ -56,6 +56,10 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="overwrite a finished run in the output folder")
     r.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
+    s = sub.add_parser("summary", help="the claims table of finished runs: every "
+                                        "metrics.json under the given folders")
+    s.add_argument("folders", nargs="+", metavar="FOLDER")
+
     b = sub.add_parser("bench", help="run scripts/bench/NAME.py (from a source checkout); "
                                      "without NAME, list the benchmarks")
     b.add_argument("name", nargs="?")
@@ -81,6 +85,38 @@ def _check_out(path: Path) -> Path:
     if not os.access(parent, os.W_OK):
         raise UsageError(f"--out {str(path)!r} is not writable")
     return path
+
+
+def _cmd_summary(folders: list[str]) -> int:
+    """The claims table of finished runs, then each claim that did not hold."""
+    import json
+
+    rows, missed = [], []
+    for folder in folders:
+        path = Path(folder)
+        if not path.is_dir():
+            raise UsageError(f"{folder!r} is not a folder")
+        for f in sorted(path.rglob("metrics.json")):
+            m = json.loads(f.read_text())
+            if "claims" not in m:
+                continue
+            name = f"{m.get('experiment', f.parent.name)} ({m.get('size', '?')})"
+            rows.append({"name": name, "held": sum(c["holds"] for c in m["claims"]),
+                         "total": len(m["claims"]), "verdict": m["verdict"],
+                         "wall": float(m.get("wall_time_s", 0.0))})
+            for c in m["claims"]:
+                if not c["holds"]:
+                    why = "expected at this size" if c["expected_at_this_size"] else (
+                        f"expected at {c.get('scale', 'a larger size')}")
+                    missed.append(f"  {name}: {c['name']}: {c['test']} "
+                                  f"(measured {c['measured']}; {why})")
+    if not rows:
+        raise UsageError(f"no finished run (metrics.json with claims) under {folders}")
+    print(claims_table(rows))
+    if missed:
+        print("\nclaims that did not hold:")
+        print("\n".join(missed))
+    return 0
 
 
 def _cmd_list() -> int:
@@ -138,7 +174,21 @@ def claims_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _show_library_messages() -> None:
+    """The library's INFO records (e.g. "resumed from step N") as ``[jaxsci]`` lines."""
+    import logging
+
+    log = logging.getLogger("jaxsci")
+    if not any(getattr(h, "_jaxsci_cli", False) for h in log.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("[jaxsci] %(message)s"))
+        handler._jaxsci_cli = True
+        log.addHandler(handler)
+    log.setLevel(logging.INFO)
+
+
 def _cmd_reproduce(args) -> int:
+    _show_library_messages()
     size = args.size or "quick"
     seed = _parse_seed(args.seed)
     progress = not args.no_progress
@@ -213,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_list()
         if args.command == "reproduce":
             return _cmd_reproduce(args)
+        if args.command == "summary":
+            return _cmd_summary(args.folders)
         if args.command == "bench":
             return _cmd_bench(args)
         parser.print_help()

@@ -121,3 +121,22 @@ def test_console_entry_point_exit_codes():
     bad = subprocess.run([sys.executable, "-m", "jaxsci.cli", "reproduce", "nope"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_summary_tables_finished_runs_and_lists_missed_claims(tmp_path, capsys):
+    import json
+
+    claims = [{"name": "c1", "test": "a > 1", "measured": {"a": 2}, "holds": True,
+               "expected_at_this_size": True, "scale": "quick"},
+              {"name": "c2", "test": "b < 0", "measured": {"b": 3}, "holds": False,
+               "expected_at_this_size": False, "scale": "full"}]
+    run = tmp_path / "runs" / "x"
+    run.mkdir(parents=True)
+    (run / "metrics.json").write_text(json.dumps(
+        {"experiment": "x", "size": "quick", "claims": claims, "verdict": "partly",
+         "wall_time_s": 3.5}))
+    assert cli.main(["summary", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert "x (quick)" in out and " 1/2" in out and "partly" in out
+    assert "c2: b < 0 (measured {'b': 3}; expected at full)" in out
+    assert cli.main(["summary", str(tmp_path / "nothing")]) == 2

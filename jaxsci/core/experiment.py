@@ -653,6 +653,7 @@ def run_experiment(
     block = evaluate_claims(exp.claims, metrics, rank_size)
     metrics = dict(metrics)
     metrics.update({
+        "experiment": exp.name,
         "claims": block,
         "verdict": verdict(block),
         "wall_time_s": wall,
@@ -679,16 +680,30 @@ def saved_cells(out_dir: str | os.PathLike) -> int:
 
 def _check_memory(exp: Experiment, config: Any) -> None:
     need = float(exp.memory_gb(config))
-    have = _available_memory_gb()
+    have, where = _available_memory_gb()
     if have is not None and need > have:
         raise MemoryError(
             f"experiment {exp.name!r} with this config needs about {need:.0f} GB of memory, "
-            f"this machine has {have:.0f} GB available; run a smaller size (--quick) or set "
+            f"{where} has {have:.0f} GB available; run a smaller size (--quick) or set "
             "smaller fields with --set, or use a machine with more memory (a GPU for --full)")
 
 
-def _available_memory_gb() -> float | None:
-    """MemAvailable from /proc/meminfo (counts reclaimable cache); None where unknown."""
+def _available_memory_gb() -> tuple[float | None, str]:
+    """Memory the run's arrays can use, in GB, and where: the default device's limit on
+    an accelerator (``memory_stats()['bytes_limit']``), else MemAvailable from
+    /proc/meminfo (counts reclaimable cache); None where unknown."""
+    import jax
+
+    dev = jax.devices()[0]
+    if dev.platform != "cpu":
+        stats = dev.memory_stats() or {}
+        if "bytes_limit" in stats:
+            return stats["bytes_limit"] / 1e9, f"the {dev.device_kind} device"
+    return _host_available_gb(), "this machine"
+
+
+def _host_available_gb() -> float | None:
+    """MemAvailable from /proc/meminfo in GB; None where unknown."""
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):

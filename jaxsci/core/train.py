@@ -51,6 +51,7 @@ call.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -65,6 +66,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm import tqdm
 
 from jaxsci.core.validation import check_int, check_key
+
+# Resumes are reported on the "jaxsci" logger (the CLI shows its INFO records).
+logger = logging.getLogger("jaxsci")
 
 __all__ = ["TrainConfig", "TrainState", "init", "fit"]
 
@@ -472,6 +476,9 @@ def fit(
         if manager is not None and (latest := manager.latest_step()) is not None:
             dyn, prev = _restore(manager, latest, dyn, directory)
             dyn = _canonical(dyn)
+            logger.info("%sresumed from step %d of %d (%s)",
+                        f"{config.desc}: " if config.desc else "", latest, config.steps,
+                        directory)
         mesh = _batch_mesh(config, batch_fn)
         dyn = _replicate(dyn, mesh)
         step_fn = _make_step(loss_fn, optimizer, static, batch_fn, has_aux, mesh)

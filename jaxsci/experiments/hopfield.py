@@ -111,6 +111,16 @@ def chunk_size(config: HopfieldConfig, m: int, itemsize: int = 4) -> int:
     return max(1, int(config.memory_budget_gb * 1e9 // per_chain))
 
 
+def memory_gb(config: HopfieldConfig) -> float:
+    """Peak memory of a run, in GB: the largest load's patterns (``M x N`` floats), one
+    compiled chunk's ``(chains x M)`` step temporaries (capped by ``memory_budget_gb``,
+    :func:`chunk_size`), and ~1 GB for the runtime and compiled programs."""
+    m = hf.num_patterns(max(config.alphas), config.n)
+    chains = len(config.temperatures) * config.chains
+    temporaries = min(chains, chunk_size(config, m)) * 4 * m * 4
+    return (m * config.n * 4 + temporaries) / 1e9 + 1.0
+
+
 def simulate_cell_grid(
     key: jax.Array, config: HopfieldConfig, alpha: float, kernel: str
 ) -> dict[str, np.ndarray]:
@@ -373,4 +383,5 @@ EXPERIMENT = Experiment(
     metrics=METRICS,
     claims=CLAIMS,
     run=run,
+    memory_gb=memory_gb,
 )

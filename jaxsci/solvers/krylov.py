@@ -33,7 +33,7 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 from jax.experimental import sparse as jsparse
-from lineax._norm import two_norm  # lineax 0.1.1 does not re-export its norms
+from lineax.internal import two_norm
 
 from jaxsci.core.status import RESULTS, raise_if_failed
 from jaxsci.core.validation import check_array, check_choice, check_int, check_scalar

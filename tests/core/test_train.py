@@ -95,7 +95,7 @@ def test_deterministic_under_fixed_key():
     assert not np.array_equal(l1, l4)
 
 
-def test_interrupted_run_resumes_exactly(tmp_path):
+def test_interrupted_run_resumes_exactly(tmp_path, caplog):
     k, total = 10, 20
     common = dict(batch_fn=_batch_fn)
     key = jax.random.key(7)
@@ -107,7 +107,9 @@ def test_interrupted_run_resumes_exactly(tmp_path):
     s1, l1 = fit(_regression_loss, _params(), optax.adam(0.05), key, cfg(k), **common)
     assert int(s1.step) == k
     # The "interruption": a fresh call, fresh params and key, on the same directory.
-    s2, l2 = fit(_regression_loss, _params(), optax.adam(0.05), key, cfg(total), **common)
+    with caplog.at_level("INFO", logger="jaxsci"):
+        s2, l2 = fit(_regression_loss, _params(), optax.adam(0.05), key, cfg(total), **common)
+    assert f"resumed from step {k} of {total}" in caplog.text
 
     assert l1.shape == (k,) and l2.shape == (total - k,)
     np.testing.assert_array_equal(np.concatenate([l1, l2]), full_losses)

@@ -93,3 +93,16 @@ def test_chunk_size_respects_the_memory_budget():
     # 4 temporaries of M float32 per chain: 1 MB / (16 * 1000 B) = 62 chains.
     assert exp.chunk_size(cfg, 1000) == 62
     assert exp.chunk_size(cfg, 10**9) == 1
+
+
+def test_full_is_refused_up_front_where_it_cannot_fit(tmp_path, monkeypatch):
+    # The paper's scale (M = e^18 patterns of N = 30, a 40 GB step budget) on a machine
+    # with 24 GB available: refused with the estimate before any output is written.
+    from jaxsci.core import experiment as core_exp
+
+    monkeypatch.setattr(core_exp, "_available_memory_gb", lambda: (24.0, "this machine"))
+    full = exp.CONFIGS["full"]
+    assert exp.memory_gb(full) > 24.0 > 10 * exp.memory_gb(exp.CONFIGS["quick"])
+    with pytest.raises(MemoryError, match=r"needs about 49 GB .* this machine has 24 GB"):
+        run_experiment(exp.EXPERIMENT, "full", tmp_path / "full", progress=False)
+    assert not (tmp_path / "full").exists()

@@ -10,16 +10,40 @@
   one jitted ``lax.while_loop``.
 * :mod:`~jaxsci.common.lm.training`: training through :func:`jaxsci.core.fit`, and
   saving / loading trained models (orbax).
+
+A real pretrained model, SmolLM2-135M-Instruct, runs in-process on the same pieces:
+
+* :mod:`~jaxsci.common.lm.gguf`: GGUF files read and dequantised (llama.cpp's format).
+* :mod:`~jaxsci.common.lm.llama`: the LLaMA architecture (GQA, RoPE, SwiGLU, KV cache).
+* :mod:`~jaxsci.common.lm.bpe`: its byte-level BPE tokenizer and ChatML chat template.
+* :mod:`~jaxsci.common.lm.engine`: batched generation, option scoring, hidden states.
 """
 
-from jaxsci.common.lm import decode, model, tokenizer, training
+from jaxsci.common.lm import bpe, decode, engine, gguf, llama, model, tokenizer, training
+from jaxsci.common.lm.bpe import BPETokenizer, chat_template
 from jaxsci.common.lm.decode import Generation, generate
+from jaxsci.common.lm.engine import Completion, Engine
+from jaxsci.common.lm.gguf import find_smollm2, load_gguf
+from jaxsci.common.lm.llama import Llama, LlamaCache, LlamaConfig
 from jaxsci.common.lm.model import KVCache, LMOutput, Transformer, TransformerConfig
 from jaxsci.common.lm.tokenizer import ByteTokenizer
 from jaxsci.common.lm.training import load_transformer, save_model, train_lm
 
 __all__ = [
+    "BPETokenizer",
     "ByteTokenizer",
+    "Completion",
+    "Engine",
+    "Llama",
+    "LlamaCache",
+    "LlamaConfig",
+    "bpe",
+    "chat_template",
+    "engine",
+    "find_smollm2",
+    "gguf",
+    "llama",
+    "load_gguf",
     "Generation",
     "KVCache",
     "LMOutput",

@@ -217,12 +217,18 @@ class Attention(nnx.Module):
 
 
 class Block(nnx.Module):
-    """Pre-norm transformer block."""
+    """Pre-norm transformer block.
 
-    def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
+    ``attention``: the attention module (default: this module's :class:`Attention`);
+    :mod:`jaxsci.common.lm.llama` passes its grouped-query attention. ``config`` needs
+    ``d_model``, ``d_ff`` and ``norm_eps``.
+    """
+
+    def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs,
+                 attention: nnx.Module | None = None):
         d = config.d_model
         self.attn_norm = nnx.RMSNorm(d, epsilon=config.norm_eps, rngs=rngs)
-        self.attn = Attention(config, rngs=rngs)
+        self.attn = Attention(config, rngs=rngs) if attention is None else attention
         self.mlp_norm = nnx.RMSNorm(d, epsilon=config.norm_eps, rngs=rngs)
         self.mlp = MLP(d, config.d_ff, rngs=rngs)
 

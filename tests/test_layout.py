@@ -58,3 +58,29 @@ def test_registry_area_is_the_folder_of_the_method():
             continue
         hits = [p for p in (PKG / e.area).glob("*") if p.stem == e.name]
         assert hits, f"{e.name}: registry area {e.area!r} but no jaxsci/{e.area}/{e.name}"
+
+
+def test_no_private_name_is_imported_from_another_module():
+    # `from jaxsci.a.b import _name` reaches into another module's internals. Importing a
+    # private *module* of one's own package (koopman's `_model`) is how a package is
+    # split up, and allowed.
+    root = PKG.parent
+    files = [*PKG.rglob("*.py"), *(root / "scripts").rglob("*.py"),
+             *(root / "examples").rglob("*.py")]
+    bad = []
+    for path in files:
+        own = ".".join(path.relative_to(root).with_suffix("").parts[:-1])
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.module
+                    and node.module.startswith("jaxsci")):
+                continue
+            for alias in node.names:
+                if not alias.name.startswith("_"):
+                    continue
+                submodule = f"{node.module}.{alias.name}"
+                is_module = any((root / submodule.replace(".", "/")).with_suffix(s).exists()
+                                for s in (".py", ""))
+                if not (is_module and node.module == own):
+                    bad.append(f"{path.relative_to(root)}: from {node.module} import "
+                               f"{alias.name}")
+    assert not bad, bad

@@ -66,7 +66,7 @@ import numpy as np
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
-from jaxsci.common.lm.model import Block, LMOutput, _write, rope
+from jaxsci.common.lm.model import Block, LMOutput, rope, write_at_positions
 from jaxsci.core.validation import check_int, check_scalar
 
 __all__ = [
@@ -188,8 +188,8 @@ class Attention(nnx.Module):
         if cache is None:
             key_pos = positions
         else:
-            k = _write(cache[0], k, positions)
-            v = _write(cache[1], v, positions)
+            k = write_at_positions(cache[0], k, positions)
+            v = write_at_positions(cache[1], v, positions)
             cache = (k, v)
             key_pos = jnp.broadcast_to(jnp.arange(k.shape[1]), (b, k.shape[1]))
         mask = key_pos[:, None, None, None, :] <= positions[:, None, None, :, None]

@@ -49,6 +49,7 @@ __all__ = [
     "rope",
     "attention",
     "count_params",
+    "write_at_positions",
 ]
 
 
@@ -118,7 +119,7 @@ class KVCache(NamedTuple):
               positions: Int[Array, "b t"]) -> KVCache:
         """Every layer's ``k``, ``v`` written at ``positions`` (writes past the end dropped)."""
         def one(buf, new):
-            return jax.vmap(_write, in_axes=(0, 0, None))(buf, new, positions)
+            return jax.vmap(write_at_positions, in_axes=(0, 0, None))(buf, new, positions)
 
         return KVCache(one(self.k, k), one(self.v, v))
 
@@ -164,8 +165,10 @@ def attention(q: Float[Array, "b t h e"], k: Float[Array, "b s h e"],
     return jnp.einsum("bhts,bshe->bthe", w, v)
 
 
-def _write(buf: Float[Array, "b s h e"], new: Float[Array, "b t h e"],
-           positions: Int[Array, "b t"]) -> Float[Array, "b s h e"]:
+def write_at_positions(buf: Float[Array, "b s h e"], new: Float[Array, "b t h e"],
+                       positions: Int[Array, "b t"]) -> Float[Array, "b s h e"]:
+    """A KV-cache write: row ``b``'s ``new[b, j]`` at slot ``positions[b, j]`` (slots past
+    the buffer's length are dropped)."""
     rows = jnp.arange(buf.shape[0])[:, None]
     return buf.at[rows, positions].set(new.astype(buf.dtype), mode="drop")
 
@@ -207,8 +210,8 @@ class Attention(nnx.Module):
         if cache is None:
             key_pos = positions
         else:
-            k = _write(cache[0], k, positions)
-            v = _write(cache[1], v, positions)
+            k = write_at_positions(cache[0], k, positions)
+            v = write_at_positions(cache[1], v, positions)
             cache = (k, v)
             key_pos = jnp.broadcast_to(jnp.arange(k.shape[1]), (b, k.shape[1]))
         mask = key_pos[:, None, None, :] <= positions[:, None, :, None]  # (b, 1, t, s)

@@ -1,4 +1,5 @@
-"""Command line: ``jaxsci list``, ``jaxsci reproduce NAME``, ``jaxsci bench [NAME]``.
+"""Command line: ``jaxsci list``, ``jaxsci reproduce NAME``, ``jaxsci bench [NAME]``,
+``jaxsci serve``.
 
 User mistakes (unknown name, bad folder, bad seed, bad ``--set``) print one
 ``jaxsci: error: ...`` line to stderr and exit with code 2, never a traceback;
@@ -63,6 +64,16 @@ def _build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="run scripts/bench/NAME.py (from a source checkout); "
                                      "without NAME, list the benchmarks")
     b.add_argument("name", nargs="?")
+
+    v = sub.add_parser("serve", help="serve a chat model over an OpenAI-compatible HTTP API "
+                                     "(/v1/chat/completions, /v1/completions, /v1/models)")
+    v.add_argument("--model", default="smollm2",
+                   help="'smollm2' (in-process, the default), a .gguf file, or the URL of an "
+                        "OpenAI-compatible server to proxy (http://host:port/v1)")
+    v.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1; the server has no "
+                        "authentication)")
+    v.add_argument("--port", default="8000", help="port, 0 for a free one (default 8000)")
     return p
 
 
@@ -246,6 +257,34 @@ def _cmd_bench(args) -> int:
     return 0
 
 
+def _parse_port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise UsageError(f"--port must be an integer in [0, 65535], got {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port must be in [0, 65535], got {port}")
+    return port
+
+
+def _cmd_serve(args) -> int:
+    port = _parse_port(args.port)
+    _show_library_messages()
+    try:
+        from jaxsci.common.lm.serve import make_server
+
+        # The spec is checked, then the port bound, then the model loaded: mistakes in
+        # the command line fail before the model loads.
+        server = make_server(args.model, host=args.host, port=port)
+    except (ImportError, ValueError, TypeError, OSError) as exc:
+        # OSError: a busy port, a missing model file or wheel, an unreachable server.
+        raise UsageError(str(exc)) from None
+    print(f"[jaxsci] serving {server.app.state.model.model_id!r} at {server.url} "
+          "(OpenAI-compatible; Ctrl-C stops)", flush=True)
+    server.run()
+    return 0
+
+
 class Interrupted(Exception):
     """Ctrl-C during a run: one line saying what is saved, exit code 130."""
 
@@ -267,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_summary(args.folders)
         if args.command == "bench":
             return _cmd_bench(args)
+        if args.command == "serve":
+            return _cmd_serve(args)
         parser.print_help()
         return 2
     except UsageError as exc:

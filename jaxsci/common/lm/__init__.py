@@ -17,14 +17,31 @@ A real pretrained model, SmolLM2-135M-Instruct, runs in-process on the same piec
 * :mod:`~jaxsci.common.lm.llama`: the LLaMA architecture (GQA, RoPE, SwiGLU, KV cache).
 * :mod:`~jaxsci.common.lm.bpe`: its byte-level BPE tokenizer and ChatML chat template.
 * :mod:`~jaxsci.common.lm.engine`: batched generation, option scoring, hidden states.
+* :mod:`~jaxsci.common.lm.chat`: one chat interface (:class:`ChatModel`) over the
+  in-process engine or any OpenAI-compatible server; :mod:`~jaxsci.common.lm.serve`
+  serves a chat model over the OpenAI API (``jaxsci serve``; imported on demand).
+* :mod:`~jaxsci.common.lm.minilm`: all-MiniLM-L6-v2 sentence embeddings.
 """
 
-from jaxsci.common.lm import bpe, decode, engine, gguf, llama, model, tokenizer, training
+from jaxsci.common.lm import (
+    bpe,
+    chat,
+    decode,
+    engine,
+    gguf,
+    llama,
+    minilm,
+    model,
+    tokenizer,
+    training,
+)
 from jaxsci.common.lm.bpe import BPETokenizer, chat_template
+from jaxsci.common.lm.chat import ChatModel, ChatResult, LocalChat, OpenAIChat, open_chat_model
 from jaxsci.common.lm.decode import Generation, generate
 from jaxsci.common.lm.engine import Completion, Engine
 from jaxsci.common.lm.gguf import find_smollm2, load_gguf
 from jaxsci.common.lm.llama import Llama, LlamaCache, LlamaConfig
+from jaxsci.common.lm.minilm import MiniLM
 from jaxsci.common.lm.model import KVCache, LMOutput, Transformer, TransformerConfig
 from jaxsci.common.lm.tokenizer import ByteTokenizer
 from jaxsci.common.lm.training import load_transformer, save_model, train_lm
@@ -32,18 +49,26 @@ from jaxsci.common.lm.training import load_transformer, save_model, train_lm
 __all__ = [
     "BPETokenizer",
     "ByteTokenizer",
+    "ChatModel",
+    "ChatResult",
     "Completion",
     "Engine",
     "Llama",
     "LlamaCache",
     "LlamaConfig",
+    "LocalChat",
+    "MiniLM",
+    "OpenAIChat",
     "bpe",
+    "chat",
     "chat_template",
     "engine",
     "find_smollm2",
     "gguf",
     "llama",
     "load_gguf",
+    "minilm",
+    "open_chat_model",
     "Generation",
     "KVCache",
     "LMOutput",

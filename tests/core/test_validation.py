@@ -66,3 +66,27 @@ def test_check_key_and_choice():
     assert v.check_choice("kernel", "lse", ("lse", "lsr")) == "lse"
     with pytest.raises(ValueError, match=r"kernel must be one of \['lse', 'lsr'\], got 'x'"):
         v.check_choice("kernel", "x", ("lse", "lsr"))
+
+
+def test_float64_numpy_input_warns_once_not_per_operation(monkeypatch):
+    # A user's float64 NumPy data with x64 off: one warning naming the argument, then
+    # silence (it used to be seven JAX truncation warnings per call, from inside jaxsci).
+    import warnings
+
+    import numpy as np
+
+    from jaxsci.core import validation
+    from jaxsci.dynamics import hopfield as hf
+
+    monkeypatch.setattr(validation, "_WARNED_X64", False)
+    rng = np.random.default_rng(0)
+    patterns = rng.standard_normal((5, 8))
+    patterns *= np.sqrt(8) / np.linalg.norm(patterns, axis=1, keepdims=True)  # float64
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            e = hf.energy(patterns[0], patterns, hf.LSE(1.0))
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1, messages
+    assert "x: float64 input converted to float32" in messages[0]
+    assert "shown once" in messages[0] and e.dtype == np.float32

@@ -52,7 +52,7 @@ _ENTRIES = [
     Entry("cotraining", "Mechanisms of sim-and-real co-training", "generative"),
     Entry("augmask", "AugMask: tabular diffusion with missing values", "generative"),
     Entry("eeb", "Erasure-evasion backdoor in concept erasure (robustness evaluation)", "generative"),
-    Entry("bandits", "Satisficing bandits with uncertain-UCB", "stats"),
+    Entry("bandits", "Satisficing bandits with uncertain-UCB", "stats", "implemented"),
     Entry("pse", "Persistent Semantic Entities: contamination across sessions and agents", "agents"),
     Entry("tampo", "TAMPO: task- and model-aware prompt optimisation for routing", "agents"),
     Entry("textresnet", "TextResNet: textual gradients with additive deltas and causal routing", "agents"),

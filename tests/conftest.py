@@ -213,7 +213,7 @@ def pytest_xdist_make_scheduler(config, log):
     class ByMethod(LoadScopeScheduling):
         def _split_scope(self, nodeid):
             path = nodeid.partition("::")[0]
-            if re.search(r"tests/common/test_(llama|chat|serve|tools|callcache)\.py$", path):
+            if re.search(r"tests/common/test_(llama|chat|serve|tools|callcache|parity)\.py$", path):
                 return "common.lm"  # they share the real SmolLM2 engine (tests/common/conftest.py)
             return _method_of(nodeid) or path
 

@@ -150,6 +150,96 @@ def test_logprobs_are_the_models_token_log_probabilities(engine, local):
     assert b"".join(bytes(t.bytes) for t in r.logprobs).decode("utf-8", "replace") == r.content
 
 
+# ----------------------------------------------------------------- streaming
+
+
+def joined(deltas):
+    deltas = list(deltas)
+    return "".join(d.text for d in deltas), [d.token for d in deltas], deltas[-1].finish_reason
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(), dict(temperature=1.0, key=jax.random.key(3)),
+    dict(temperature=0.7, top_p=0.9, key=jax.random.key(4))])
+def test_engine_stream_equals_generate(engine, kwargs):
+    prompt = engine.tokenizer.chat_template(USER)
+    (want,) = engine.generate([prompt], 8, **kwargs)
+    deltas = list(engine.stream(prompt, 8, **kwargs))
+    # Token by token the same ids (the step path splits the key as the one-program loop
+    # does), one delta each, and the same text.
+    assert joined(deltas) == (want.text, want.tokens, want.finish_reason)
+    assert [d.finish_reason for d in deltas[:-1]] == [None] * (len(deltas) - 1)
+
+
+def test_engine_stream_stops_at_stop_strings(engine):
+    prompt = engine.tokenizer.chat_template(USER)
+    full = engine.generate([prompt], 8)[0].text
+    assert len(full) >= 6
+    # One inside a token's text, one across tokens, a shorter one that begins after a
+    # longer one (the longer comes first, so the stream must wait for it), a miss.
+    for stop in ([full[1]], [full[2:5]], [full[1:5], full[3]], [full[3], full[1:5]],
+                 ["not in the text"], [full[-2:]]):
+        (want,) = engine.generate([prompt], 8, stop=stop)
+        text, tokens, reason = joined(engine.stream(prompt, 8, stop=stop))
+        assert (text, reason) == (want.text, want.finish_reason), stop
+        # It stops at the token that completes a stop string: a prefix of generate's.
+        assert tokens == want.tokens[:len(tokens)]
+
+
+def test_text_stream_holds_back_partial_characters_and_stops():
+    from jaxsci.common.lm.engine import _TextStream
+
+    def run(stops, pieces):
+        ts = _TextStream(tuple(stops))
+        out = [ts.push(p, final=i == len(pieces) - 1) for i, p in enumerate(pieces)]
+        return out, ts.stopped
+
+    # "é" is two bytes, "€" three: nothing until the character is whole.
+    assert run([], [b"a\xc3", b"\xa9", b"\xe2\x82", b"\xac!"]) == (["a", "é", "", "€!"], False)
+    # An invalid byte is U+FFFD at once; an incomplete one at the end, when flushed.
+    assert run([], [b"\x80x", b"\xc3"]) == (["\ufffdx", "\ufffd"], False)
+    # Text that may begin a stop string waits, then goes out if it does not.
+    assert run(["ab"], [b"xa", b"c", b"d"]) == (["x", "ac", "d"], False)
+    assert run(["ab"], [b"xa", b"bz", b"more"])[0][:2] == ["x", ""]
+    assert run(["ab"], [b"xa", b"bz", b"more"])[1]
+    # "c" is complete first, but "abcd" (begun earlier) may still complete and win.
+    assert run(["abcd", "c"], [b"ab", b"c", b"d", b"e"])[0][:3] == ["", "", ""]
+    assert run(["abcd", "c"], [b"ab", b"c", b"x", b"e"]) == (["", "", "ab", ""], True)
+
+
+def test_local_stream_equals_chat(engine, local):
+    for kw in (dict(), dict(temperature=1.0, seed=7)):
+        (want,) = local.chat(USER, max_tokens=8, **kw)
+        deltas = list(local.stream(USER, max_tokens=8, **kw))
+        assert all(isinstance(d, C.ChatDelta) for d in deltas)
+        assert all(d.content for d in deltas[:-1])  # empty pieces are not sent
+        assert [d.finish_reason for d in deltas[:-1]] == [None] * (len(deltas) - 1)
+        last = deltas[-1]
+        assert "".join(d.content for d in deltas) == want.content
+        assert (last.finish_reason, last.usage) == (want.finish_reason, want.usage)
+    # Plain text, echoed (a raw prompt in the chat prompts' bucket: no new program).
+    text = engine.tokenizer.chat_template(SYS)
+    (want,) = local.complete(text, max_tokens=8, echo=True)
+    deltas = list(local.stream_complete(text, max_tokens=8, echo=True))
+    assert deltas[0].content == text and "".join(d.content for d in deltas) == want.text
+    assert (deltas[-1].finish_reason, deltas[-1].usage) == (want.finish_reason, want.usage)
+
+
+def test_stream_arguments_are_checked_at_the_call(engine, local):
+    with pytest.raises(ValueError, match="exceeds the model's context of 256 tokens"):
+        local.stream(USER, max_tokens=250)
+    with pytest.raises(ValueError, match="top_p must be <= 1"):
+        local.stream(USER, top_p=2.0)
+    with pytest.raises(ValueError, match="must be one prompt to stream"):
+        local.stream_complete(["a", "b"])
+    with pytest.raises(ValueError, match="got a batch of 2"):
+        engine.stream(["a", "b"], 4)
+    with pytest.raises(ValueError, match="key must be given"):
+        engine.stream("a", 4, temperature=1.0)
+    with pytest.raises(ValueError, match=r"stop\[0\] must be a non-empty str"):
+        engine.stream("a", 4, stop=[""])
+
+
 # ----------------------------------------------------------------- scoring
 
 

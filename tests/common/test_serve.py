@@ -7,10 +7,13 @@ against the server (chat, exact scoring, the first-token fallback, a proxy), and
 import importlib.util
 import json
 import socket
+import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
@@ -62,13 +65,13 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-def raw(server, method, path, body=None):
+def raw(server, method, path, body=None, timeout=60):
     """``(status, JSON)`` of a request sent without the SDK."""
     url = server.url.removesuffix("/v1") + path
     req = urllib.request.Request(url, data=body, method=method,
                                  headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=60) as r:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
@@ -125,6 +128,12 @@ def test_streamed_chunks_concatenate_to_the_reply(client):
     assert [c.choices[0].finish_reason for c in chunks
             if c.choices and c.choices[0].finish_reason] == [full.finish_reason]
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 8
+    # A stop string, held back and cut while streaming: the non-streamed reply.
+    stop = [full.message.content[2:4]]
+    cut = client.chat.completions.create(**kw, stop=stop).choices[0]
+    chunks = list(client.chat.completions.create(**kw, stop=stop, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == cut.message.content
+    assert chunks[-1].choices[0].finish_reason == cut.finish_reason == "stop"
     # n = 2 with logprobs: each choice's chunks carry its own text and tokens.
     kw = dict(kw, n=2, temperature=1.0, seed=5, logprobs=True)
     whole = client.chat.completions.create(**kw)
@@ -134,6 +143,46 @@ def test_streamed_chunks_concatenate_to_the_reply(client):
         assert "".join(c.delta.content or "" for c in mine) == choice.message.content
         assert [t.token for c in mine if c.logprobs for t in c.logprobs.content] == \
             [t.token for t in choice.logprobs.content]
+
+
+def test_streaming_is_token_by_token(client, server, monkeypatch):
+    """The client reads the first content chunk while the engine is still generating:
+    the engine's step for token HOLD waits until the client has it, and meanwhile
+    ``/health`` answers (the engine runs in the thread pool, not on the event loop)."""
+    from jaxsci.common.lm import engine as E
+
+    produced, gate, hold = [], threading.Event(), 4
+    real_step = E._step_pick
+
+    def timed(fn):
+        def run(*args, **kwargs):
+            if fn is real_step and len(produced) == hold:
+                gate.wait(timeout=60)
+            out = fn(*args, **kwargs)
+            jax.block_until_ready(out[0])
+            produced.append(time.monotonic())  # when each token exists on the server
+            return out
+        return run
+
+    monkeypatch.setattr(E, "_prefill_pick", timed(E._prefill_pick))
+    monkeypatch.setattr(E, "_step_pick", timed(real_step))
+    kw = dict(model="tiny", messages=USER, max_tokens=8, temperature=0)
+    pieces, first = [], None
+    try:
+        for chunk in client.chat.completions.create(**kw, stream=True):
+            piece = chunk.choices[0].delta.content if chunk.choices else None
+            if piece:
+                pieces.append(piece)
+                if first is None:
+                    first, at_first = time.monotonic(), len(produced)
+                    health = raw(server, "GET", "/health", timeout=10)
+                    gate.set()
+    finally:
+        gate.set()
+    assert at_first <= hold < len(produced) == 8 and first < produced[-1]
+    assert health == (200, {"status": "ok"})
+    full = client.chat.completions.create(**kw).choices[0].message.content
+    assert "".join(pieces) == full
 
 
 @pytest.mark.parametrize("kwargs, status, match", [
@@ -194,6 +243,11 @@ def test_completions(client, local):
     stream = client.completions.create(model="tiny", prompt=TEXT, max_tokens=6, temperature=0,
                                        stream=True)
     assert "".join(c.choices[0].text for c in stream if c.choices) == gen.choices[0].text
+    echo = client.completions.create(model="tiny", prompt=TEXT, max_tokens=6, temperature=0,
+                                     echo=True, stream=True, stream_options={"include_usage": True})
+    chunks = list(echo)
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == TEXT + gen.choices[0].text
+    assert chunks[-1].usage.completion_tokens == gen.usage.completion_tokens // 2
     with pytest.raises(openai.BadRequestError, match="0 only with echo=True"):
         client.completions.create(model="tiny", prompt=TEXT, max_tokens=0)
     with pytest.raises(openai.BadRequestError, match="suffix is not supported"):

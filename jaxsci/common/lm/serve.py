@@ -32,12 +32,23 @@ Endpoints:
   ``{"messages": [...], "tools": [...]}`` -> ``{"prompt": text}``, the rendered chat prompt.
 * ``GET /health``: ``{"status": "ok"}``.
 
-**Streaming is not incremental yet.** With ``stream=true`` the whole reply is generated
-first (the engine decodes in one compiled loop), then sent as server-sent events in
-OpenAI's chunk format: a first chunk with the role, one chunk per word (or, with
-``logprobs``, per group of tokens that decodes to whole characters, carrying their
-log-probabilities), a last chunk with ``finish_reason``, then ``data: [DONE]``. The
-chunks concatenate to exactly the non-streamed reply.
+**Streaming.** With ``stream=true`` the reply goes out as server-sent events in
+OpenAI's chunk format: a first chunk with the role, content chunks, a last chunk with
+``finish_reason``, the usage chunk when ``stream_options.include_usage``, then
+``data: [DONE]``. For an in-process model, a chat request with ``n=1``, no ``tools``
+and no ``logprobs`` (and a completion with ``n=1``, one prompt and no ``logprobs``) is
+streamed **token by token** as the engine generates it (:meth:`LocalChat.stream`, on
+:meth:`Engine.stream`): one chunk per token that completes text (whole UTF-8
+characters; text that could begin a stop string is held back until it cannot). The
+engine runs in the server's thread pool, one token per step, taking the model's lock
+per token, so ``/health`` and other requests are answered meanwhile. Every other
+streamed request (``n > 1``, tools, logprobs, several prompts, a proxied server) is
+generated whole first, then sent in pieces (:func:`stream_pieces`: one per word, or
+with ``logprobs`` one per group of tokens that decodes to whole characters, carrying
+their log-probabilities; tool calls in one chunk). Either way the chunks concatenate
+to exactly the non-streamed reply (greedy, or sampled with the same seed). With a stop
+string, an incremental stream's ``usage`` counts the tokens up to the one completing
+it (the non-streamed reply's counts the tokens decoded past it).
 
 **Defaults where a request omits a field**: ``temperature`` 1 and ``top_p`` 1 (OpenAI's);
 ``max_tokens`` 256 for chat (OpenAI's is the rest of the context) and 16 for
@@ -415,19 +426,29 @@ def make_app(model) -> FastAPI:
         if req.top_logprobs and not req.logprobs:
             raise APIError(400, "top_logprobs needs logprobs=true", param="top_logprobs")
         max_tokens = req.max_completion_tokens or req.max_tokens or CHAT_MAX_TOKENS
+        temperature = 1.0 if req.temperature is None else req.temperature
+        top_p = 1.0 if req.top_p is None else req.top_p
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        if req.stream and isinstance(chat_model, LocalChat) and (req.n or 1) == 1 \
+                and not tools and not req.logprobs:
+            with _model_errors():
+                deltas = chat_model.stream(messages, temperature=temperature, top_p=top_p,
+                                           max_tokens=max_tokens, stop=req.stop, seed=req.seed)
+            events = _chunks("chat.completion.chunk", f"chatcmpl-{uuid.uuid4().hex}",
+                             model_id, include_usage)
+            return StreamingResponse(_chat_stream(deltas, events),
+                                     media_type="text/event-stream")
         with _model_errors():
             results = chat_model.chat(
                 messages, tools=tools or None, tool_choice=req.tool_choice,
-                temperature=1.0 if req.temperature is None else req.temperature,
-                top_p=1.0 if req.top_p is None else req.top_p, max_tokens=max_tokens,
-                stop=req.stop, seed=req.seed, n=req.n or 1, logprobs=bool(req.logprobs),
+                temperature=temperature, top_p=top_p, max_tokens=max_tokens, stop=req.stop,
+                seed=req.seed, n=req.n or 1, logprobs=bool(req.logprobs),
                 top_logprobs=req.top_logprobs or 0)
         rid, now = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         usage = _usage(results[0].usage)
         if req.stream:
-            include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return StreamingResponse(_chat_events(results, rid, now, model_id, usage,
-                                                  include_usage),
+            events = _chunks("chat.completion.chunk", rid, model_id, include_usage, now)
+            return StreamingResponse(_chat_events(results, events, usage),
                                      media_type="text/event-stream")
         return {"id": rid, "object": "chat.completion", "created": now, "model": model_id,
                 "system_fingerprint": _FINGERPRINT, "usage": usage,
@@ -441,18 +462,31 @@ def make_app(model) -> FastAPI:
         _refuse_unsupported(req)
         target = local("/v1/completions")
         max_tokens = COMPLETION_MAX_TOKENS if req.max_tokens is None else req.max_tokens
+        temperature = 1.0 if req.temperature is None else req.temperature
+        top_p = 1.0 if req.top_p is None else req.top_p
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        rid = f"cmpl-{uuid.uuid4().hex}"
+        one_prompt = isinstance(req.prompt, str) or all(isinstance(t, int) for t in req.prompt)
+        if req.stream and (req.n or 1) == 1 and req.logprobs is None and max_tokens > 0 \
+                and one_prompt:
+            with _model_errors():
+                deltas = target.stream_complete(req.prompt, max_tokens=max_tokens,
+                                                temperature=temperature, top_p=top_p,
+                                                stop=req.stop, seed=req.seed,
+                                                echo=bool(req.echo))
+            events = _chunks("text_completion", rid, model_id, include_usage)
+            return StreamingResponse(_completion_stream(deltas, events),
+                                     media_type="text/event-stream")
         with _model_errors():
             results = target.complete(
-                req.prompt, max_tokens=max_tokens,
-                temperature=1.0 if req.temperature is None else req.temperature,
-                top_p=1.0 if req.top_p is None else req.top_p, stop=req.stop, seed=req.seed,
-                n=req.n or 1, logprobs=req.logprobs, echo=bool(req.echo))
-        rid, now = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+                req.prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
+                stop=req.stop, seed=req.seed, n=req.n or 1, logprobs=req.logprobs,
+                echo=bool(req.echo))
+        now = int(time.time())
         usage = _usage(results[0].usage)
         if req.stream:
-            include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return StreamingResponse(_completion_events(results, rid, now, model_id, usage,
-                                                        include_usage),
+            events = _chunks("text_completion", rid, model_id, include_usage, now)
+            return StreamingResponse(_completion_events(results, events, usage),
                                      media_type="text/event-stream")
         return {"id": rid, "object": "text_completion", "created": now, "model": model_id,
                 "system_fingerprint": _FINGERPRINT, "usage": usage,
@@ -467,52 +501,99 @@ def _roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**m, "role": "system"} if m.get("role") == "developer" else m for m in messages]
 
 
-def _chat_events(results, rid, now, model_id, usage, include_usage) -> Iterator[str]:
-    def chunk(choices, **extra):
-        body = {"id": rid, "object": "chat.completion.chunk", "created": now,
-                "model": model_id, "system_fingerprint": _FINGERPRINT, "choices": choices}
-        if include_usage:
-            body["usage"] = None
-        body.update(extra)
-        return _sse(body)
+def _chunks(kind: str, rid: str, model_id: str, include_usage: bool, now: int | None = None):
+    """A function ``choices, **extra -> SSE line`` for the chunks of one response."""
+    created = int(time.time()) if now is None else now
 
-    for i, r in enumerate(results):
-        yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""},
-                      "logprobs": None, "finish_reason": None}])
-        for text, tokens in stream_pieces(r):
-            yield chunk([{"index": i, "delta": {"content": text},
-                          "logprobs": _chat_logprobs(tokens), "finish_reason": None}])
-        if r.tool_calls:  # whole calls in one chunk (the reply is generated already)
-            calls = [{"index": j, **c.to_openai()} for j, c in enumerate(r.tool_calls)]
-            yield chunk([{"index": i, "delta": {"tool_calls": calls}, "logprobs": None,
-                          "finish_reason": None}])
-        yield chunk([{"index": i, "delta": {}, "logprobs": None,
-                      "finish_reason": r.finish_reason}])
-    if include_usage:
-        yield chunk([], usage=usage)
-    yield "data: [DONE]\n\n"
-
-
-def _completion_events(results, rid, now, model_id, usage, include_usage) -> Iterator[str]:
-    def chunk(choices, **extra):
-        body = {"id": rid, "object": "text_completion", "created": now, "model": model_id,
+    def chunk(choices, **extra) -> str:
+        body = {"id": rid, "object": kind, "created": created, "model": model_id,
                 "system_fingerprint": _FINGERPRINT, "choices": choices}
         if include_usage:
             body["usage"] = None
         body.update(extra)
         return _sse(body)
 
+    chunk.include_usage = include_usage
+    return chunk
+
+
+def _chat_choice(delta, finish_reason=None, logprobs=None, index=0) -> list[dict[str, Any]]:
+    return [{"index": index, "delta": delta, "logprobs": logprobs,
+             "finish_reason": finish_reason}]
+
+
+def _chat_events(results, chunk, usage) -> Iterator[str]:
+    for i, r in enumerate(results):
+        yield chunk(_chat_choice({"role": "assistant", "content": ""}, index=i))
+        for text, tokens in stream_pieces(r):
+            yield chunk(_chat_choice({"content": text}, None, _chat_logprobs(tokens), i))
+        if r.tool_calls:  # whole calls in one chunk (the reply is generated already)
+            calls = [{"index": j, **c.to_openai()} for j, c in enumerate(r.tool_calls)]
+            yield chunk(_chat_choice({"tool_calls": calls}, index=i))
+        yield chunk(_chat_choice({}, r.finish_reason, index=i))
+    if chunk.include_usage:
+        yield chunk([], usage=usage)
+    yield "data: [DONE]\n\n"
+
+
+def _stream_errors(events: Iterator[str]) -> Iterator[str]:
+    # The status line is sent already: a failure mid-stream ends it with an error event
+    # in OpenAI's shape (the openai client raises it), never a silently cut stream.
+    try:
+        yield from events
+    except Exception as exc:  # reported to the client, and logged
+        log.error("internal error while streaming", exc_info=exc)
+        err = APIError(500, f"internal error: {type(exc).__name__}: {exc}"[:1000])
+        yield _sse({"error": {"message": err.message, "type": err.type, "param": None,
+                              "code": None}})
+
+
+def _chat_stream(deltas, chunk) -> Iterator[str]:
+    """The chunks of one reply as the engine produces it (:meth:`LocalChat.stream`)."""
+    def events():
+        yield chunk(_chat_choice({"role": "assistant", "content": ""}))
+        for d in deltas:
+            if d.content:
+                yield chunk(_chat_choice({"content": d.content}))
+            if d.finish_reason is not None:
+                yield chunk(_chat_choice({}, d.finish_reason))
+                if chunk.include_usage:
+                    yield chunk([], usage=_usage(d.usage))
+        yield "data: [DONE]\n\n"
+
+    return _stream_errors(events())
+
+
+def _completion_choice(text, finish_reason=None, logprobs=None, index=0):
+    return [{"index": index, "text": text, "finish_reason": finish_reason,
+             "logprobs": logprobs}]
+
+
+def _completion_events(results, chunk, usage) -> Iterator[str]:
     for i, c in enumerate(results):
         # With logprobs, the text and its tokens in one chunk (they stay aligned).
         pieces = [c.text] if c.logprobs is not None else _words(c.text)
         for text in pieces:
-            yield chunk([{"index": i, "text": text, "finish_reason": None,
-                          "logprobs": _text_logprobs(c)}])
-        yield chunk([{"index": i, "text": "", "finish_reason": c.finish_reason,
-                      "logprobs": None}])
-    if include_usage:
+            yield chunk(_completion_choice(text, None, _text_logprobs(c), i))
+        yield chunk(_completion_choice("", c.finish_reason, index=i))
+    if chunk.include_usage:
         yield chunk([], usage=usage)
     yield "data: [DONE]\n\n"
+
+
+def _completion_stream(deltas, chunk) -> Iterator[str]:
+    """The chunks of one completion as the engine produces it (``LocalChat.stream_complete``)."""
+    def events():
+        for d in deltas:
+            if d.content:
+                yield chunk(_completion_choice(d.content))
+            if d.finish_reason is not None:
+                yield chunk(_completion_choice("", d.finish_reason))
+                if chunk.include_usage:
+                    yield chunk([], usage=_usage(d.usage))
+        yield "data: [DONE]\n\n"
+
+    return _stream_errors(events())
 
 
 # ----------------------------------------------------------------- running it

@@ -30,11 +30,17 @@ jaxsci's tokenizer), with ``--threads`` threads (default: all cores). Measured:
 * ``time to first token``: the generation API asked for one new token after the
   64-token prompt (llama.cpp ``create_completion(max_tokens=1)``, transformers
   ``generate(max_new_tokens=1)``, jaxsci ``generate(ids, 1)``);
-* ``decode``: greedy tokens per second at batch 1, 8 and 32, by differencing two
-  generation lengths (``--new`` and ``--new // 2 + 1`` new tokens; for jaxsci both in the
-  same compiled program, stop ids disabled; for the peers EOS disabled too), so the
-  prefill cancels: ``rate = batch * (L - S) / (t_L - t_S)``; each time the best of
-  ``--repeats``;
+* ``decode``: greedy tokens per second at batch 1, 8 and 32, every row a 32-token
+  prompt (different rows of the text), stop ids / EOS disabled so that every row
+  decodes every token. jaxsci's generation is one compiled program, so its decode is
+  taken by differencing two generation lengths in that program (``--new`` and
+  ``--new // 2 + 1`` new tokens): the prefill cancels, ``rate = batch * (L - S) /
+  (t_L - t_S)``. The peers' decode steps are timed directly inside their loops, from
+  the first new token to the last (llama.cpp: around its ``llama_decode`` calls, or
+  between ``Llama.generate``'s yields; transformers: a streamer's timestamps), ``rate =
+  batch * (L - 1) / t``: differencing there was dominated by the noise of llama.cpp's
+  long batched prefill. Every time is the best of ``--repeats`` calls after a first
+  (warm-up, compiling) one, more calls while they have taken under 3 s;
 * ``compile`` (jaxsci only): the first call of each program minus a warm call;
 * ``peak RSS``: the process's high-water resident memory (``VmHWM``) after loading and
   after every run above;
@@ -60,13 +66,24 @@ Peer environments (any Python 3.11 virtual environment; these are the defaults l
 for)::
 
     python3.11 -m venv /tmp/bench_llm/llamacpp
-    CMAKE_ARGS="-DGGML_NATIVE=ON" /tmp/bench_llm/llamacpp/bin/pip install llama-cpp-python==0.3.36
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
+      -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=ON -DGGML_AVX512=ON \
+      -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON" \
+      /tmp/bench_llm/llamacpp/bin/pip install llama-cpp-python==0.3.36
     python3.11 -m venv /tmp/bench_llm/hf
     /tmp/bench_llm/hf/bin/pip install torch==2.13.0 transformers accelerate gguf
 
-(``llama-cpp-python`` builds llama.cpp from source: ~30-40 min on this project's two
-busy cores. Pin ``torch==2.13.0`` here: it is the CPU wheel on this machine's disk; a
-plain ``torch`` pulls a multi-GB CUDA build.)
+(``--help`` prints them too.) The CPU features are spelled out rather than
+``-DGGML_NATIVE=ON``: on this project's machine that also compiles llama.cpp's AMX
+kernels (the CPU reports AMX), and their first tile instruction (``ldtilecfg`` in
+``ggml_backend_amx_mul_mat``) kills the process with SIGSEGV in its virtual machine.
+``llama-cpp-python`` builds llama.cpp from source: 18-27 min on the two cores while a CI
+run had them. Pin ``torch==2.13.0``: it is the CPU wheel on this machine's disk; a plain
+``torch`` pulls a multi-GB CUDA build.
+
+A default run takes about 7-8 minutes on the quiet 2-core machine (jaxsci's five
+compiles, transformers' 30 s load and the batch-32 runs dominate); ``--batches 1`` is
+quicker.
 
 This file is both the driver (run with the project's environment) and the worker that
 each engine's process runs (``--worker NAME``); the worker imports only the standard
@@ -90,10 +107,16 @@ DEFAULT_ENVS = {
     "llama_cpp": "/tmp/bench_llm/llamacpp/bin/python",
     "transformers": "/tmp/bench_llm/hf/bin/python",
 }
+# CPU features spelled out rather than -DGGML_NATIVE=ON (see the module docstring: AMX).
+LLAMA_CMAKE_ARGS = " ".join(
+    ["-DGGML_NATIVE=OFF"] + [f"-DGGML_{f}=ON" for f in (
+        "AVX", "AVX2", "FMA", "F16C", "BMI2", "AVX_VNNI", "AVX512", "AVX512_VBMI",
+        "AVX512_VNNI", "AVX512_BF16")])
 SETUP = {
     "llama_cpp": ("python3.11 -m venv /tmp/bench_llm/llamacpp\n"
-                  "    CMAKE_ARGS=\"-DGGML_NATIVE=ON\" /tmp/bench_llm/llamacpp/bin/pip install "
-                  "llama-cpp-python==0.3.36   # builds llama.cpp from source"),
+                  f"    CMAKE_ARGS=\"{LLAMA_CMAKE_ARGS}\" \\\n"
+                  "      /tmp/bench_llm/llamacpp/bin/pip install llama-cpp-python==0.3.36"
+                  "   # builds llama.cpp from source (~20 min)"),
     "transformers": ("python3.11 -m venv /tmp/bench_llm/hf\n"
                      "    /tmp/bench_llm/hf/bin/pip install torch==2.13.0 transformers "
                      "accelerate gguf   # torch pinned: the CPU wheel"),
@@ -101,10 +124,11 @@ SETUP = {
 TITLES = {"jaxsci": "jaxsci", "llama_cpp": "llama.cpp (llama-cpp-python)",
           "transformers": "transformers (PyTorch)"}
 PROMPT_LENGTHS = (64, 256)
-ROW_STRIDE = 6  # batch row i is the 64 tokens from offset i * ROW_STRIDE of the text
+ROW_LEN = 32  # the prompt of each row of a decode batch ...
+ROW_STRIDE = 6  # ... row i being the ROW_LEN tokens from offset i * ROW_STRIDE of the text
 
-# Written for this benchmark; only its token count matters (>= 256 + 31 * 6 + 64 tokens
-# are not needed: the rows of a batch overlap).
+# Written for this benchmark; only its token count matters (at least 256 tokens; the rows
+# of a decode batch overlap).
 TEXT = (
     "The lighthouse keeper kept a notebook of the weather, and in the winter of the great "
     "storm he wrote in it every hour. At six in the evening the wind came round to the "
@@ -144,15 +168,28 @@ def _timed(fn):
     return _now() - t, out
 
 
-def _best(fn, repeats: int, before=None):
-    """Best wall time of ``repeats`` calls (``before`` runs untimed ahead of each)."""
-    best, out = float("inf"), None
-    for _ in range(repeats):
+MIN_TOTAL_S = 3.0  # a cheap measurement is repeated until it has taken this long ...
+MAX_REPEATS = 10  # ... or this many times
+
+
+def _best(fn, repeats: int, before=None, key=None):
+    """Best of at least ``repeats`` calls, more while they have taken under ``MIN_TOTAL_S``.
+
+    ``before`` runs untimed ahead of each call. The score is the wall time, or
+    ``key(out)`` when given (a time the call measured itself). Returns (best score,
+    that call's output, the best wall time).
+    """
+    best, best_out, best_wall, total, k = float("inf"), None, float("inf"), 0.0, 0
+    while k < repeats or (total < MIN_TOTAL_S and k < MAX_REPEATS):
         if before is not None:
             before()
         t, out = _timed(fn)
-        best = min(best, t)
-    return best, out
+        total, k = total + t, k + 1
+        score = t if key is None else key(out)
+        if score < best:
+            best, best_out = score, out
+        best_wall = min(best_wall, t)
+    return best, best_out, best_wall
 
 
 def _peak_rss_mb() -> float:
@@ -182,27 +219,35 @@ def _log(msg: str) -> None:
     print(f"  [{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def _decode_rates(run, rows_by_batch, new: int, repeats: int, name: str):
-    """``run(rows, n)`` generates ``n`` tokens per row (returns row 0's tokens).
+def _decode_rates(run, rows_by_batch, new: int, repeats: int, name: str, direct: bool):
+    """Greedy decode rate per batch size.
 
-    Returns per batch: rate (tokens/s), step time (s), first-call time, and, for the
-    smallest batch, row 0's greedy tokens of the long run.
+    ``run(rows, n)`` generates ``n`` tokens per row and returns ``(row 0's tokens,
+    seconds of the n - 1 decode steps or None)``. ``direct``: the rate is taken from
+    those seconds (the best of the repeats after a warm-up call), ``b (n - 1) / s``.
+    Otherwise by differencing two lengths: ``b (n - m) / (t_n - t_m)``, ``m = n // 2 + 1``,
+    each the best wall time, after a first (compiling) call.
     """
     short = new // 2 + 1
     out = {}
     for b, rows in rows_by_batch.items():
         first, _ = _timed(lambda rows=rows: run(rows, new))
-        t_long, toks = _best(lambda rows=rows: run(rows, new), repeats)
-        t_short, _ = _best(lambda rows=rows: run(rows, short), repeats)
-        dt = t_long - t_short
+        if direct:
+            dt, (toks, _), t_long = _best(lambda rows=rows: run(rows, new), repeats,
+                                          key=lambda o: o[1])
+            steps, how = new - 1, f"the {new - 1} decode steps timed in the loop"
+        else:
+            t_long, (toks, _), _ = _best(lambda rows=rows: run(rows, new), repeats)
+            t_short, _, _ = _best(lambda rows=rows: run(rows, short), repeats)
+            dt, steps = t_long - t_short, new - short
+            how = f"t({new}) {t_long:.2f} s - t({short}) {t_short:.2f} s"
         ok = dt > 0  # else the noise exceeds the difference: no rate
-        out[b] = {"rate": b * (new - short) / dt if ok else None,
-                  "step_s": dt / (new - short) if ok else None,
-                  "first_s": first, "t_long": t_long, "t_short": t_short,
+        out[b] = {"rate": b * steps / dt if ok else None,
+                  "step_s": dt / steps if ok else None, "method": "direct" if direct
+                  else "difference", "first_s": first, "t_long": t_long,
                   "tokens": [int(t) for t in toks]}
         rate = f"{out[b]['rate']:.1f} tok/s" if ok else "no rate (the short run was slower)"
-        _log(f"{name} decode batch {b}: {rate} "
-             f"(t({new}) {t_long:.2f} s, t({short}) {t_short:.2f} s, first call {first:.1f} s)")
+        _log(f"{name} decode batch {b}: {rate} ({how}; first call {first:.1f} s)")
     return out
 
 
@@ -237,17 +282,17 @@ def worker_jaxsci(spec: dict) -> dict:
     for n in PROMPT_LENGTHS:
         ids = spec["prompts"][str(n)]
         first, _ = _timed(lambda ids=ids: engine.generate([ids], 1))
-        best, _ = _best(lambda ids=ids: engine.generate([ids], 1), reps)
+        best, _, _ = _best(lambda ids=ids: engine.generate([ids], 1), reps)
         prefill[n] = {"s": best, "rate": n / best}
         compile_s[f"prefill {n} (b=1)"] = first - best
         _log(f"jaxsci prefill {n}: {n / best:.0f} tok/s (first call {first:.1f} s)")
     ttft = prefill[64]["s"]  # generate(ids, 1) is the generation API's first token
 
-    def run(rows, n):
-        return engine.generate(rows, n)[0].tokens
+    def run(rows, n):  # one compiled program: the decode steps cannot be timed apart
+        return engine.generate(rows, n)[0].tokens, None
 
     dec = _decode_rates(run, {b: spec["rows"][:b] for b in spec["batches"]}, spec["new"],
-                        reps, "jaxsci")
+                        reps, "jaxsci", direct=False)
     for b, d in dec.items():
         compile_s[f"decode b={b}"] = d["first_s"] - d["t_long"]
     rss = _peak_rss_mb()
@@ -293,27 +338,29 @@ def worker_llama_cpp(spec: dict) -> dict:
         ids = spec["prompts"][str(n)]
         llm.reset()
         llm.eval(ids)  # warm-up
-        best, _ = _best(lambda ids=ids: llm.eval(ids), reps, before=llm.reset)
+        best, _, _ = _best(lambda ids=ids: llm.eval(ids), reps, before=llm.reset)
         prefill[n] = {"s": best, "rate": n / best}
         _log(f"llama.cpp prefill {n}: {n / best:.0f} tok/s")
     ids64 = spec["prompts"]["64"]
-    ttft, _ = _best(lambda: llm.create_completion(ids64, max_tokens=1, temperature=0.0),
-                    reps, before=llm.reset)
+    ttft, _, _ = _best(lambda: llm.create_completion(ids64, max_tokens=1, temperature=0.0),
+                       reps, before=llm.reset)
 
     # Batch 1 through the high-level API: Llama.generate (greedy at temp=0) never stops
     # on its own; the caller takes n tokens.
     def run_high(rows, n):
         llm.reset()
-        toks = []
+        toks, stamps = [], []
         for t in llm.generate(rows[0], temp=0.0, top_k=1, top_p=1.0, min_p=0.0,
                               repeat_penalty=1.0, reset=True):
+            stamps.append(_now())
             toks.append(int(t))
             if len(toks) == n:
                 break
         llm.reset()
-        return toks
+        return toks, stamps[-1] - stamps[0]  # first yield: after the prefill
 
-    high = _decode_rates(run_high, {1: spec["rows"][:1]}, new, reps, "llama.cpp high-level")
+    high = _decode_rates(run_high, {1: spec["rows"][:1]}, new, reps, "llama.cpp high-level",
+                         direct=True)
 
     # Batches through the C API: one context with one KV cache slot range per sequence.
     model = llm.model
@@ -352,6 +399,7 @@ def worker_llama_cpp(spec: dict) -> dict:
             if lc.llama_decode(ctx, batch) != 0:
                 raise RuntimeError("llama_decode failed (prefill)")
             nxt = [argmax(s * p + p - 1) for s in range(len(rows))]
+            t0 = _now()
             first = [nxt[0]]
             for step in range(1, n):
                 for s, t in enumerate(nxt):
@@ -362,7 +410,7 @@ def worker_llama_cpp(spec: dict) -> dict:
                     raise RuntimeError("llama_decode failed (decode step)")
                 nxt = [argmax(s) for s in range(len(rows))]
                 first.append(nxt[0])
-            return first
+            return first, _now() - t0
 
         def close():
             lc.llama_batch_free(batch)
@@ -374,7 +422,8 @@ def worker_llama_cpp(spec: dict) -> dict:
     for b in spec["batches"]:
         run, close = run_batched_factory(b)
         try:
-            dec.update(_decode_rates(run, {b: spec["rows"][:b]}, new, reps, "llama.cpp C API"))
+            dec.update(_decode_rates(run, {b: spec["rows"][:b]}, new, reps, "llama.cpp C API",
+                                     direct=True))
         finally:
             close()
     rss = _peak_rss_mb()
@@ -413,22 +462,33 @@ def worker_transformers(spec: dict) -> dict:
                 return model(input_ids=ids, use_cache=True, logits_to_keep=1)
 
             fwd()
-            best, _ = _best(fwd, reps)
+            best, _, _ = _best(fwd, reps)
             prefill[n] = {"s": best, "rate": n / best}
             _log(f"transformers prefill {n}: {n / best:.0f} tok/s")
         ids64 = torch.tensor([spec["prompts"]["64"]])
         model.generate(ids64, attention_mask=torch.ones_like(ids64), max_new_tokens=1, **gen)
-        ttft, _ = _best(lambda: model.generate(ids64, attention_mask=torch.ones_like(ids64),
-                                               max_new_tokens=1, **gen), reps)
+        ttft, _, _ = _best(lambda: model.generate(
+            ids64, attention_mask=torch.ones_like(ids64), max_new_tokens=1, **gen), reps)
+
+        class Stamps:  # a streamer: generate hands it the prompt, then each new token
+            def __init__(self):
+                self.t = []
+
+            def put(self, value):
+                self.t.append(_now())
+
+            def end(self):
+                pass
 
         def run(rows, n):
-            x = torch.tensor(rows)
+            x, st = torch.tensor(rows), Stamps()
             out = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n,
-                                 min_new_tokens=n, **gen)  # min_new_tokens: EOS disabled
-            return out[0, x.shape[1]:].tolist()
+                                 min_new_tokens=n, streamer=st, **gen)  # EOS disabled
+            # st.t[0]: the prompt; st.t[1]: the first new token, after the prefill.
+            return out[0, x.shape[1]:].tolist(), st.t[-1] - st.t[1]
 
         dec = _decode_rates(run, {b: spec["rows"][:b] for b in spec["batches"]}, new, reps,
-                            "transformers")
+                            "transformers", direct=True)
     rss = _peak_rss_mb()
     return {"versions": {"torch": torch.__version__, "transformers": transformers.__version__},
             "threads": threads, "import_s": import_s, "load_s": load_s, "prefill": prefill,
@@ -489,12 +549,13 @@ def _spec(args) -> dict:
     path = Path(args.gguf) if args.gguf else find_smollm2()
     tok = BPETokenizer.from_gguf(read_metadata(path))
     ids = tok.encode(TEXT)
-    need = max(max(PROMPT_LENGTHS), (max(args.batches) - 1) * ROW_STRIDE + 64)
+    need = max(max(PROMPT_LENGTHS), (max(args.batches) - 1) * ROW_STRIDE + ROW_LEN)
     while len(ids) < need:
         ids = ids + tok.encode(" " + TEXT)
     stop_ids = [tok.token_id(t) for t in ("<|im_end|>", "<|endoftext|>") if t in tok]
     return {"gguf": str(path), "prompts": {str(n): ids[:n] for n in PROMPT_LENGTHS},
-            "rows": [ids[i * ROW_STRIDE:i * ROW_STRIDE + 64] for i in range(max(args.batches))],
+            "rows": [ids[i * ROW_STRIDE:i * ROW_STRIDE + ROW_LEN]
+                     for i in range(max(args.batches))],
             "batches": args.batches, "new": args.new, "repeats": args.repeats,
             "threads": args.threads, "stop_ids": stop_ids}
 
@@ -604,6 +665,9 @@ def report(spec: dict, results: dict, bw: dict) -> str:
     out = "\n".join(lines)
 
     notes = []
+    notes.append(f"decode: {ROW_LEN}-token rows; jaxsci by differencing {spec['new']} and "
+                 f"{spec['new'] // 2 + 1} new tokens in one program, the peers' "
+                 f"{spec['new'] - 1} decode steps timed in their loops")
     if jx:
         comp = ", ".join(f"{k} {v:.1f}" for k, v in jx["compile_s"].items())
         notes.append(f"jaxsci compile (s, first call minus a warm call): {comp}; "
@@ -662,7 +726,8 @@ def main(argv=None) -> int:
     ap.add_argument("--new", type=int, default=64,
                     help="new tokens of the long run; the short run makes new // 2 + 1 "
                          "(default: %(default)s)")
-    ap.add_argument("--repeats", type=int, default=2, help="best of (default: %(default)s)")
+    ap.add_argument("--repeats", type=int, default=2,
+                    help="best of, after a first (warm-up, compiling) call (default: %(default)s)")
     ap.add_argument("--threads", type=int, default=_cores(),
                     help="threads for llama.cpp and PyTorch (XLA uses all cores) "
                          "(default: %(default)s)")
@@ -678,7 +743,7 @@ def main(argv=None) -> int:
     args.batches = sorted({int(b) for b in args.batches.split(",")})
     if args.new not in (16, 32, 64, 128):
         # A power of two: new and new // 2 + 1 then share jaxsci's generation bucket (one
-        # compiled program); at most 128 so that 64 + new fits llama.cpp's 256 slots.
+        # compiled program); at most 128 so that ROW_LEN + new fits llama.cpp's 256 slots.
         ap.error("--new must be 16, 32, 64 or 128")
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     for s in only:
@@ -693,7 +758,8 @@ def main(argv=None) -> int:
           f"({_cores()} usable here); "
           f"load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}; prompts "
           f"{', '.join(map(str, PROMPT_LENGTHS))} tokens; decode batches {spec['batches']}, "
-          f"{args.new} vs {args.new // 2 + 1} new tokens, best of {args.repeats}", flush=True)
+          f"{args.new} new tokens per row (jaxsci: {args.new} vs {args.new // 2 + 1}, "
+          f"differenced), best of {args.repeats}", flush=True)
     bw = copy_bandwidth()
     print("# NumPy copy bandwidth: " + ", ".join(f"{k} {v:.1f} GB/s"
                                                   for k, v in bw["gb_s"].items()), flush=True)

@@ -3,4 +3,6 @@
 * :mod:`jaxsci.data.pde` -- Burgers, Kuramoto-Sivashinsky, Navier-Stokes and wave trajectories.
 * :mod:`jaxsci.data.fem` -- random elliptic P1 FEM problems (scikit-fem) as JAX ``BCOO``.
 * :mod:`jaxsci.data.corpora` -- synthetic text corpora for the language models.
+* :mod:`jaxsci.data.hubs` -- Gaussian graphical models of K populations with common and
+  individual hubs.
 """

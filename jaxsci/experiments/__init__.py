@@ -41,7 +41,7 @@ _ENTRIES = [
     Entry("rsir", "Recursive self-improving recommendation", "recsys"),
     Entry("ntssm", "NT-SSM: type-aware neighbour-pair contrastive loss for graph CF", "recsys"),
     Entry("venomrec", "Cross-modal poisoning of multimodal recommenders (robustness evaluation)", "recsys"),
-    Entry("ggm", "JIC-HD: common hub detection across Gaussian graphical models", "stats"),
+    Entry("ggm", "JIC-HD: common hub detection across Gaussian graphical models", "stats", "implemented"),
     Entry("qenn", "Quantum-evidence complex-valued network for OOD detection", "generative"),
     Entry("auctions", "Model refinement vs platform metrics for autobidders", "stats"),
     Entry("ffcc", "Fast activation approximations by float reinterpretation", "numerics"),

@@ -45,7 +45,7 @@ _ENTRIES = [
     Entry("qenn", "Quantum-evidence complex-valued network for OOD detection", "generative"),
     Entry("auctions", "Model refinement vs platform metrics for autobidders", "stats"),
     Entry("ffcc", "Fast activation approximations by float reinterpretation", "numerics"),
-    Entry("lagrangian", "Learning Lagrangian relaxation multipliers", "stats"),
+    Entry("lagrangian", "Learning Lagrangian relaxation multipliers", "stats", "implemented"),
     Entry("streaming_ate", "Streaming ATE estimation with balancing coresets", "stats"),
     Entry("continual", "DFA-CIL / DFA-MoE with the SCR metric", "llm"),
     Entry("topology", "Blessing of dimensionality for persistent homology", "stats"),

@@ -91,7 +91,7 @@ from jaxtyping import Array, Float
 
 from jaxsci.common import bounds as bd
 from jaxsci.core.validation import check_array, check_int, check_key, check_scalar
-from jaxsci.dynamics.lyapunov.systems import InterconnectedSystem, input_layout
+from jaxsci.dynamics.lyapunov.systems import FAST_COMPILE, InterconnectedSystem, input_layout
 
 __all__ = [
     "Certificate",
@@ -200,7 +200,7 @@ def init_certificate(
     )
 
 
-@eqx.filter_jit
+@eqx.filter_jit(compiler_options=FAST_COMPILE)
 def _init_net(key, box, hidden, n_out, net_scale):
     n_sub, n = box.shape
     k1, k2, k3 = jax.random.split(key, 3)
@@ -244,7 +244,7 @@ def _linearised_l(system: InterconnectedSystem) -> np.ndarray:
     return out, contraction
 
 
-@eqx.filter_jit
+@eqx.filter_jit(compiler_options=FAST_COMPILE)
 def _jacobians(system):
     lay = input_layout(system)
 
@@ -417,7 +417,7 @@ def certificate_mu(cert: Certificate, system: InterconnectedSystem) -> Float[Arr
     return mu_weights(gain_matrix_jnp(a, b, system.neighbors), cert.lam_max)
 
 
-@eqx.filter_jit
+@eqx.filter_jit(compiler_options=FAST_COMPILE)
 def _gain_arrays(cert, system):
     a, b, c = gains(cert, system)
     G = gain_matrix_jnp(a, b, system.neighbors)

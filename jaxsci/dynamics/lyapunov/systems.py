@@ -59,6 +59,14 @@ from jaxtyping import Array, Float, Int
 from jaxsci.common import bounds as bd
 from jaxsci.core.validation import check_array, check_int, check_key, check_scalar
 
+# Compile time dominates on CPU (the programs are small and unrolled): XLA's backend
+# optimisation level 0 compiles ~2-3x faster here at a negligible cost in run time (the
+# same HLO; only LLVM's code generation differs, results agree to float32 rounding).
+# The library's top-level jitted helpers use it, among them those whose shapes follow N
+# (recompiled for every system size); not the public jitted functions
+# (``compiler_options`` is refused on a nested jit, and a user may call them inside one).
+FAST_COMPILE = {"xla_backend_optimization_level": 0}
+
 __all__ = [
     "InterconnectedSystem",
     "Layout",
@@ -397,7 +405,7 @@ def _line_neighbors(n_sub: int, bidirectional: bool) -> np.ndarray:
     return (np.arange(n_sub) - 1)[:, None]
 
 
-@eqx.filter_jit
+@eqx.filter_jit(compiler_options=FAST_COMPILE)
 def _uniforms(key, k, n_sub):
     return jax.random.uniform(key, (k, n_sub))
 

@@ -46,7 +46,12 @@ from jaxsci.core.status import raise_if_failed
 from jaxsci.core.validation import check_int, check_key, check_scalar
 from jaxsci.dynamics.lyapunov import certificates as ct
 from jaxsci.dynamics.lyapunov import verify as vf
-from jaxsci.dynamics.lyapunov.systems import InterconnectedSystem, input_layout, skeleton
+from jaxsci.dynamics.lyapunov.systems import (
+    FAST_COMPILE,
+    InterconnectedSystem,
+    input_layout,
+    skeleton,
+)
 
 __all__ = [
     "SynthesisConfig",
@@ -204,11 +209,6 @@ def _local_loss(system, p, data_i, prog_i, key, cx, cw, samples, margin, gain_pe
     row = d["a"] + jnp.sum(d["b"])
     inv = d["c"] * system.w_max**2 + eta - 0.8 * (1.0 - lam_max) * d["mu"]
     return loss + gain_penalty * (jax.nn.relu(row - lam_max + 0.005) + 10.0 * jax.nn.relu(inv))
-
-
-# Compile time dominates on CPU (the programs are small and unrolled): XLA's backend
-# optimisation level 0 compiles ~3x faster here at a negligible cost in run time.
-FAST_COMPILE = {"xla_backend_optimization_level": 0}
 
 
 @eqx.filter_jit(compiler_options=FAST_COMPILE)
@@ -408,7 +408,7 @@ def synthesize(
     )
 
 
-@eqx.filter_jit
+@eqx.filter_jit(compiler_options=FAST_COMPILE)
 def _programs(system):
     return jax.vmap(system.build)(system.params)
 

@@ -45,7 +45,7 @@ from jaxsci.common import bounds as bd
 from jaxsci.core.status import RESULTS, raise_if_failed
 from jaxsci.core.validation import check_int, check_scalar
 from jaxsci.dynamics.lyapunov import certificates as ct
-from jaxsci.dynamics.lyapunov.systems import InterconnectedSystem, skeleton
+from jaxsci.dynamics.lyapunov.systems import FAST_COMPILE, InterconnectedSystem, skeleton
 
 __all__ = [
     "VerifyConfig",
@@ -162,7 +162,7 @@ def _bound_fn(skel, data_i, prog_i, eta, eta_reach, intermediate):
 
         # Compile time dominates on CPU (small, unrolled programs): XLA's backend
         # optimisation level 0 compiles ~3x faster at a negligible cost in run time.
-        fn = jax.jit(run, compiler_options={"xla_backend_optimization_level": 0})
+        fn = jax.jit(run, compiler_options=FAST_COMPILE)
         _BOUND_CACHE[key] = fn
     return lambda lo, hi: fn(leaves, lo, hi)
 
@@ -308,10 +308,14 @@ def local_problems(system: InterconnectedSystem, cert: ct.Certificate, reach: ct
     return data, progs, lo, hi, limits
 
 
+# local_problems at the top level (compiled for every N): the fast-compile setting.
+_local_problems_fast = eqx.filter_jit(local_problems.__wrapped__, compiler_options=FAST_COMPILE)
+
+
 def _subsystem_fns(system, cert, reach, config):
     """One bound function per subsystem (host-side slices of the stacked data)."""
     skel = skeleton(system)
-    data, progs, lo, hi, limits = jax.device_get(local_problems(system, cert, reach))
+    data, progs, lo, hi, limits = jax.device_get(_local_problems_fast(system, cert, reach))
     out = []
     for i in range(system.n_sub):
         data_i = jax.tree_util.tree_map(lambda a, i=i: a[i], data)  # NumPy: no device ops

@@ -1,7 +1,7 @@
 r"""Autobidding under model refinement: when do better predictions raise platform metrics?
 
-Paper: "Model improvements, auction formats and autobidders" (ICML 2026; only the
-abstract was available, ``shared/seeds/000_b6ef375324498b45.txt``). A platform predicts
+Paper: the ICML 2026 paper on model refinement, auction formats and autobidders (only
+its abstract was available). A platform predicts
 conversion rates; autobidders bid through those predictions; the question is when a
 *better* prediction model raises the platform's revenue, welfare or liquid welfare.
 

@@ -1,7 +1,7 @@
 r"""Satisficing bandits: satisficing regret, uncertain-UCB and its baselines.
 
-Paper: "Satisficing regret in stochastic bandits with a small excess gap" (ICML 2026;
-only the abstract was available). A learner pulls one of ``K`` arms per round; arm
+Paper: the ICML 2026 paper introducing uncertain-UCB (only its abstract was
+available). A learner pulls one of ``K`` arms per round; arm
 ``i`` pays a reward with mean ``mu_i``. With a known threshold ``S`` the aim is to
 play *some* arm with ``mu_i >= S``, not the best one. With ``mu* = max_i mu_i``:
 

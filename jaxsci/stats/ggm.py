@@ -1,6 +1,7 @@
 r"""JIC-HD: common hub detection across Gaussian graphical models, without the graphs.
 
-Paper: "Joint Inverse Components for Hub Detection" (JIC-HD, ICML 2026). Data come
+Paper: the ICML 2026 paper proposing Joint Inverse Components for Hub Detection
+(JIC-HD; only its abstract was available). Data come
 from ``K`` related sub-populations whose Gaussian graphical models (precision matrices
 ``Theta_k``) share *common hubs* -- variables highly connected in every population --
 and differ by individual hubs and other edges. A hub of ``Theta_k`` carries a large

@@ -1,7 +1,7 @@
 r"""Learning Lagrangian-relaxation multipliers from a distribution of MILPs.
 
-Paper: "Learning Lagrangian relaxation multipliers" (ICML 2026; only the abstract was
-available, ``shared/seeds/004_87c7ad50a687956c.txt``). A MILP
+Paper: the ICML 2026 paper on learning Lagrangian-relaxation multipliers (only its
+abstract was available). A MILP
 
     ``OPT(P) = min_x c^T x  s.t.  A x >= b  (s coupling rows),  x in X``
 

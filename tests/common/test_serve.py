@@ -199,7 +199,7 @@ def test_streaming_is_token_by_token(client, server, monkeypatch):
      400, "tools[0]: Tool 'f': json_schema must have \"type\": \"object\""),
     (dict(tool_choice="required"), 400, "tool_choice='required' needs tools"),
     (dict(functions=[{"name": "f"}]), 400, "functions is not supported"),
-    (dict(response_format={"type": "json_object"}), 400, "constrained decoding"),
+    (dict(response_format={"type": "yaml"}), 400, "response_format.type must be"),
     (dict(top_logprobs=3), 400, "top_logprobs needs logprobs"),
     (dict(max_tokens=250), 400, "exceeds the model's context of 256 tokens"),
 ])

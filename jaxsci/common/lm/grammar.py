@@ -22,13 +22,19 @@ and per state whether it accepts. The JSON-schema subset:
   integer digits, 16 fraction digits and 3 exponent digits: bounded so that a value ends);
   ``boolean``; ``null``; ``array`` of ``items`` with ``minItems`` / ``maxItems``;
 * ``enum`` and ``const`` of scalars (their ``json.dumps`` text), a list of types,
-  ``anyOf``;
+  ``anyOf``; the empty schema ``{}`` (or ``true``): any JSON value, with objects and
+  arrays nested at most :data:`JSON_DEPTH` levels inside it (a grammar of bytes is
+  regular, so nesting needs a bound);
 * ``description``, ``title``, ``default``, ``examples``, ``format`` and such annotations
   are ignored; ``minimum``, ``maximum``, ``exclusiveMinimum``, ``exclusiveMaximum``,
   ``multipleOf`` and ``pattern`` are not enforced by the grammar but checked after
   decoding (:func:`jaxsci.common.lm.tools.validate`: a violation is reported in the
   call's ``error``); anything else (``$ref``, ``oneOf``, ``allOf``, ``not``, schema-valued
   ``additionalProperties``, ...) is refused with an error naming its path.
+
+:func:`json_grammar` compiles a reply that is one JSON value, OpenAI's ``response_format``
+(:func:`check_response_format`): ``json_object`` is any object (its members of any type),
+``json_schema`` the schema's value, in the same canonical emission.
 
 Strings without ``maxLength`` and arrays without ``maxItems`` are unbounded: a reply cut by
 ``max_tokens`` is then an unfinished call, reported as such.
@@ -72,10 +78,11 @@ import numpy as np
 
 from jaxsci.common.lm.tools import TOOL_CALL_PREFIX, Tool, as_tools
 
-__all__ = ["Grammar", "TokenIndex", "TokenMasks", "tool_call_grammar", "token_bytes",
-           "INTEGER_DIGITS"]
+__all__ = ["Grammar", "TokenIndex", "TokenMasks", "tool_call_grammar", "json_grammar",
+           "check_response_format", "token_bytes", "INTEGER_DIGITS", "JSON_DEPTH"]
 
 INTEGER_DIGITS = 19  # int64's
+JSON_DEPTH = 4  # nesting levels of objects/arrays inside a value of the empty schema {}
 _NUMBER_INT, _NUMBER_FRAC, _NUMBER_EXP = 16, 16, 3
 _PAD = 256
 _ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$schema",
@@ -155,11 +162,13 @@ class _NFA:
 
 
 class _Compiler:
-    def __init__(self, nfa: _NFA):
-        self.nfa = nfa
+    def __init__(self, nfa: _NFA, depth: int = JSON_DEPTH):
+        self.nfa, self.depth = nfa, depth
 
     def value(self, a: int, schema, path: str) -> int:
         n = self.nfa
+        if schema is True or (isinstance(schema, Mapping) and set(schema) <= _ANNOTATIONS):
+            return self.anything(a, self.depth)  # {} (or true): any JSON value
         if not isinstance(schema, Mapping):
             raise ValueError(f"{path}: a schema must be a dict, got {schema!r}"[:200])
         unknown = sorted(set(schema) - _KNOWN)
@@ -205,6 +214,38 @@ class _Compiler:
             return build[names[0]](a, schema, path)
         return n.alt(a, [functools.partial(build[t], s=schema, p=path) for t in names])
 
+    def anything(self, a: int, depth: int) -> int:
+        """Any JSON value with at most ``depth`` levels of objects and arrays inside it
+        (a regular language needs a bound; a deeper value is cut off at the bound)."""
+        n = self.nfa
+        branches = [functools.partial(self.string, schema={}, path=""),
+                    functools.partial(self.number, schema={}, path="")]
+        branches += [functools.partial(n.lit, data=t) for t in (b"true", b"false", b"null")]
+        if depth > 0:
+            branches += [functools.partial(self.any_object, depth=depth - 1),
+                         functools.partial(self.any_array, depth=depth - 1)]
+        return n.alt(a, branches)
+
+    def any_object(self, a: int, depth: int) -> int:
+        """An object of any keys (each member ``"key": value``), values of any type."""
+        n = self.nfa
+
+        def member(s):
+            return self.anything(n.lit(self.string(s, {}, ""), b": "), depth)
+
+        end = n.state()
+        for e in self._repeat(n.lit(a, b"{"), member, 0, None, sep=b", "):
+            n.edge(e, _bits("}"), end)
+        return end
+
+    def any_array(self, a: int, depth: int) -> int:
+        n = self.nfa
+        end = n.state()
+        for e in self._repeat(n.lit(a, b"["), lambda s: self.anything(s, depth), 0, None,
+                              sep=b", "):
+            n.edge(e, _bits("]"), end)
+        return end
+
     @staticmethod
     def _count(schema, lo_key, hi_key, path) -> tuple[int, int | None]:
         lo, hi = schema.get(lo_key, 0), schema.get(hi_key)
@@ -224,10 +265,15 @@ class _Compiler:
             cur = one(n.lit(cur, sep) if k and sep else cur)
             if k == lo - 1:
                 exits.append(cur)
-        if hi is None:
-            if lo == 0:
-                cur = one(a)
-                exits.append(cur)
+        if hi is None and lo == 0:
+            # One copy of ``one``, entered from ``a`` and again after each separator (two
+            # copies would double the automaton at every level of nesting).
+            entry = n.state()
+            n.eps[a].append(entry)
+            x = one(entry)
+            exits.append(x)
+            n.eps[n.lit(x, sep) if sep else x].append(entry)
+        elif hi is None:
             back = one(n.lit(cur, sep) if sep else cur)
             n.eps[back].append(cur)
         else:
@@ -520,6 +566,77 @@ def _compiled(specs: tuple[str, ...], free_text: bool) -> Grammar:
             nfa.edge(s, _ALL & ~(1 << b), free)
         accepting |= {free, *path[:-1]}
     return Grammar(*_determinize(nfa, start, accepting, free))
+
+
+def json_grammar(schema: Mapping[str, Any] | None = None, *, depth: int = JSON_DEPTH
+                 ) -> Grammar:
+    """The grammar of a reply that is one JSON value: OpenAI's ``response_format``.
+
+    Args:
+      schema: a JSON schema in the subset of the module docstring (``json_schema`` mode);
+        ``None``: any JSON *object* (``json_object`` mode).
+      depth: the most levels of objects and arrays nested inside a value of the empty
+        schema ``{}`` (and inside ``json_object``'s members).
+
+    Returns:
+      the compiled :class:`Grammar` (cached: the same schema gives the same object). The
+      emission is canonical as for tool calls (``json.dumps``'s separators, properties
+      in the schema's order).
+
+    Raises:
+      ValueError: a schema outside the subset (naming the path), or a bad ``depth``.
+    """
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 0 <= depth <= 8:
+        raise ValueError(f"depth must be an int in [0, 8], got {depth!r}")
+    if schema is not None and not isinstance(schema, Mapping):
+        raise ValueError(f"schema must be a JSON schema (a dict) or None, got "
+                         f"{type(schema).__name__}")
+    return _compiled_json(None if schema is None else json.dumps(schema), depth)
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled_json(spec: str | None, depth: int) -> Grammar:
+    nfa = _NFA()
+    c = _Compiler(nfa, depth)
+    start = nfa.state()
+    if spec is None:
+        end = c.any_object(start, depth)
+    else:
+        end = c.value(start, json.loads(spec), "response_format.json_schema.schema")
+    return Grammar(*_determinize(nfa, start, {end}, None))
+
+
+def check_response_format(response_format) -> Grammar | None:
+    """OpenAI's ``response_format``, checked and compiled: ``None`` for plain text, else
+    the :func:`json_grammar` to decode the reply under.
+
+    Accepted: ``None``, ``{"type": "text"}``, ``{"type": "json_object"}`` (any JSON
+    object), ``{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}``
+    (``strict`` and the other fields of ``json_schema`` are read as OpenAI's strict mode:
+    the grammar always holds the reply to the schema's subset).
+
+    Raises:
+      ValueError: another shape, or a schema outside the subset, naming what came.
+    """
+    if response_format is None:
+        return None
+    if not isinstance(response_format, Mapping):
+        raise ValueError(f"response_format must be a dict such as {{'type': 'json_object'}}, "
+                         f"got {type(response_format).__name__}")
+    kind = response_format.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return json_grammar()
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        if not isinstance(spec, Mapping) or not isinstance(spec.get("schema"), Mapping):
+            raise ValueError("response_format: type 'json_schema' needs json_schema = "
+                             "{'name': ..., 'schema': {...}}, got "
+                             f"{response_format.get('json_schema')!r}"[:200])
+        return json_grammar(spec["schema"])
+    raise ValueError(f"response_format.type must be 'text', 'json_object' or 'json_schema', "
+                     f"got {kind!r}")
 
 
 # ----------------------------------------------------------------- token masks

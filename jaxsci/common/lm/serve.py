@@ -15,7 +15,9 @@ Endpoints:
 * ``GET /v1/models``, ``GET /v1/models/{id}``: the one model served.
 * ``POST /v1/chat/completions``: ``messages``, ``temperature``, ``top_p``, ``max_tokens``
   (or ``max_completion_tokens``), ``stop``, ``seed``, ``n`` (at most :data:`MAX_N`),
-  ``logprobs``, ``top_logprobs`` (at most 20), ``tools``, ``tool_choice``, ``stream`` and
+  ``logprobs``, ``top_logprobs`` (at most 20), ``tools``, ``tool_choice``,
+  ``response_format`` (``text``, ``json_object``, ``json_schema``: the reply decoded under
+  the JSON grammar, :func:`~jaxsci.common.lm.grammar.json_grammar`), ``stream`` and
   ``stream_options.include_usage``. ``developer`` messages are read as ``system`` ones;
   ``tool`` messages and assistant messages with ``tool_calls`` are accepted. A reply's
   calls come back as OpenAI ``message.tool_calls`` (``content`` then ``null`` unless the
@@ -32,23 +34,23 @@ Endpoints:
   ``{"messages": [...], "tools": [...]}`` -> ``{"prompt": text}``, the rendered chat prompt.
 * ``GET /health``: ``{"status": "ok"}``.
 
-**Streaming.** With ``stream=true`` the reply goes out as server-sent events in
-OpenAI's chunk format: a first chunk with the role, content chunks, a last chunk with
+**Streaming.** With ``stream=true`` the reply goes out as server-sent events in OpenAI's
+chunk format: a first chunk with the role, content chunks, a last chunk with
 ``finish_reason``, the usage chunk when ``stream_options.include_usage``, then
-``data: [DONE]``. For an in-process model, a chat request with ``n=1``, no ``tools``
-and no ``logprobs`` (and a completion with ``n=1``, one prompt and no ``logprobs``) is
-streamed **token by token** as the engine generates it (:meth:`LocalChat.stream`, on
-:meth:`Engine.stream`): one chunk per token that completes text (whole UTF-8
-characters; text that could begin a stop string is held back until it cannot). The
-engine runs in the server's thread pool, one token per step, taking the model's lock
-per token, so ``/health`` and other requests are answered meanwhile. Every other
-streamed request (``n > 1``, tools, logprobs, several prompts, a proxied server) is
-generated whole first, then sent in pieces (:func:`stream_pieces`: one per word, or
-with ``logprobs`` one per group of tokens that decodes to whole characters, carrying
-their log-probabilities; tool calls in one chunk). Either way the chunks concatenate
-to exactly the non-streamed reply (greedy, or sampled with the same seed). With a stop
-string, an incremental stream's ``usage`` counts the tokens up to the one completing
-it (the non-streamed reply's counts the tokens decoded past it).
+``data: [DONE]``. For an in-process model, a chat request with ``n=1``, no ``tools``, no JSON
+``response_format`` and no ``logprobs`` (and a completion with ``n=1``, one prompt and
+no ``logprobs``) is streamed **token by token** as the engine generates it
+(:meth:`LocalChat.stream`, on :meth:`Engine.stream`): one chunk per token that completes
+text (whole UTF-8 characters; text that could begin a stop string is held back until it
+cannot). The engine runs in the server's thread pool, one token per step, taking the
+model's lock per token, so ``/health`` and other requests are answered meanwhile. Every
+other streamed request (``n > 1``, tools, JSON mode, logprobs, several prompts, a
+proxied server) is generated whole first, then sent in pieces (:func:`stream_pieces`:
+one per word, or with ``logprobs`` one per group of tokens that decodes to whole
+characters, carrying their log-probabilities; tool calls in one chunk). Either way the
+chunks concatenate to exactly the non-streamed reply (greedy, or sampled with the same
+seed). With a stop string, an incremental stream's ``usage`` counts the tokens up to the
+one completing it (the non-streamed reply's counts the tokens decoded past it).
 
 **Defaults where a request omits a field**: ``temperature`` 1 and ``top_p`` 1 (OpenAI's);
 ``max_tokens`` 256 for chat (OpenAI's is the rest of the context) and 16 for
@@ -57,7 +59,7 @@ request; with a seed, the same request gives the same replies.
 
 **Refused, never silently ignored** (400 with a message): the legacy ``functions`` /
 ``function_call`` (use ``tools``), ``parallel_tool_calls: true`` (one call per reply),
-``response_format`` other than text, ``logit_bias``, non-zero ``frequency_penalty`` /
+``logit_bias``, non-zero ``frequency_penalty`` /
 ``presence_penalty``, ``suffix``, ``best_of`` > 1. Other unknown fields (``user``,
 ``metadata``, ...) are ignored.
 
@@ -101,6 +103,7 @@ from jaxsci.common.lm.chat import (
     open_chat_model,
     parse_model_spec,
 )
+from jaxsci.common.lm.grammar import check_response_format
 from jaxsci.common.lm.tools import as_tools, check_tool_choice
 from jaxsci.core.validation import check_int
 
@@ -252,9 +255,6 @@ def _refuse_unsupported(req) -> None:
         no("functions", "the legacy function calls; use tools")
     if getattr(req, "parallel_tool_calls", None):
         no("parallel_tool_calls", "one tool call per reply")
-    fmt = getattr(req, "response_format", None)
-    if fmt is not None and fmt.get("type", "text") != "text":
-        no("response_format", "constrained decoding")
     if req.logit_bias:
         no("logit_bias", "only plain sampling")
     for field in ("frequency_penalty", "presence_penalty"):
@@ -423,6 +423,8 @@ def make_app(model) -> FastAPI:
             tools = as_tools(req.tools)
         with _model_errors("tool_choice"):
             check_tool_choice(req.tool_choice, tools)
+        with _model_errors("response_format"):
+            json_mode = check_response_format(req.response_format) is not None
         if req.top_logprobs and not req.logprobs:
             raise APIError(400, "top_logprobs needs logprobs=true", param="top_logprobs")
         max_tokens = req.max_completion_tokens or req.max_tokens or CHAT_MAX_TOKENS
@@ -430,7 +432,7 @@ def make_app(model) -> FastAPI:
         top_p = 1.0 if req.top_p is None else req.top_p
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         if req.stream and isinstance(chat_model, LocalChat) and (req.n or 1) == 1 \
-                and not tools and not req.logprobs:
+                and not tools and not req.logprobs and not json_mode:
             with _model_errors():
                 deltas = chat_model.stream(messages, temperature=temperature, top_p=top_p,
                                            max_tokens=max_tokens, stop=req.stop, seed=req.seed)
@@ -441,6 +443,7 @@ def make_app(model) -> FastAPI:
         with _model_errors():
             results = chat_model.chat(
                 messages, tools=tools or None, tool_choice=req.tool_choice,
+                response_format=req.response_format if json_mode else None,
                 temperature=temperature, top_p=top_p, max_tokens=max_tokens, stop=req.stop,
                 seed=req.seed, n=req.n or 1, logprobs=bool(req.logprobs),
                 top_logprobs=req.top_logprobs or 0)

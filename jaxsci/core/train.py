@@ -51,6 +51,7 @@ call.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 from collections.abc import Callable
@@ -263,18 +264,21 @@ def _make_step(
     batch_fn: Callable[[jax.Array, jax.Array], Any] | None,
     has_aux: bool,
     mesh: Mesh | None = None,
-) -> Callable[[TrainState], tuple[TrainState, jax.Array, Any]]:
+    with_data: bool = False,
+) -> Callable[[TrainState, Any], tuple[TrainState, jax.Array, Any]]:
     # The non-array part of the state (module structure, activation functions)
-    # is closed over, so jit sees a plain pytree of arrays and compiles once.
-    def step(dyn: TrainState) -> tuple[TrainState, jax.Array, Any]:
+    # is closed over, so jit sees a plain pytree of arrays and compiles once. ``data``
+    # is an argument, not a closed-over constant.
+    def step(dyn: TrainState, data: Any) -> tuple[TrainState, jax.Array, Any]:
         state = eqx.combine(dyn, static)
+        extra = (data,) if with_data else ()
         if batch_fn is None:
             key, loss_key = jax.random.split(state.key)
-            call = lambda p: loss_fn(p, loss_key)
+            call = lambda p: loss_fn(p, loss_key, *extra)
         else:
             key, batch_key, loss_key = jax.random.split(state.key, 3)
-            batch = _shard_batch(batch_fn(state.step, batch_key), mesh)
-            call = lambda p: loss_fn(p, batch, loss_key)
+            batch = _shard_batch(batch_fn(state.step, batch_key, *extra), mesh)
+            call = lambda p: loss_fn(p, batch, loss_key, *extra)
         diff, fixed = eqx.partition(state.params, eqx.is_inexact_array)
 
         def objective(d: Any) -> tuple[jax.Array, Any]:
@@ -398,6 +402,7 @@ def fit(
     state: TrainState | None = None,
     has_aux: bool = False,
     full_history: bool = False,
+    data: Any = None,
 ) -> tuple[TrainState, np.ndarray] | tuple[TrainState, np.ndarray, Any]:
     """Minimise ``loss_fn`` for ``config.steps`` steps, checkpointing and resuming.
 
@@ -423,6 +428,13 @@ def fit(
       full_history: return the history of every step saved in
         ``config.checkpoint_dir`` (the resumed part too), not only of the steps
         run in this call.
+      data: a pytree of arrays the step reads but does not train (a frozen model's
+        parameters, a data set), or ``None``. Given, it is passed to the jitted step
+        as an argument and on to the functions as a last argument:
+        ``batch_fn(step, key, data)`` and ``loss_fn(params, [batch,] key, data)``.
+        Arrays closed over by ``loss_fn`` or ``batch_fn`` instead become constants of
+        the compiled program, which for large ones (a pretrained model's weights)
+        makes XLA slow to compile and to constant-fold them.
 
     Returns:
       ``(state, losses)``: the state after step ``config.steps`` (or the
@@ -481,7 +493,9 @@ def fit(
                         directory)
         mesh = _batch_mesh(config, batch_fn)
         dyn = _replicate(dyn, mesh)
-        step_fn = _make_step(loss_fn, optimizer, static, batch_fn, has_aux, mesh)
+        step_fn = functools.partial(
+            _make_step(loss_fn, optimizer, static, batch_fn, has_aux, mesh,
+                       with_data=data is not None), data=data)
         start = int(dyn.step)
         prev_loss = prev.get("loss")
         prev_aux = list(prev["aux"]) if has_aux and "aux" in prev else []

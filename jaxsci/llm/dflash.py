@@ -81,6 +81,7 @@ from flax import nnx
 from jaxtyping import Array, Float, Int
 
 from jaxsci.common.lm import decode
+from jaxsci.common.lm.llama import Llama, LlamaConfig
 from jaxsci.common.lm.model import (
     MLP,
     KVCache,
@@ -119,6 +120,16 @@ __all__ = [
 ]
 
 KINDS = ("block", "autoregressive")
+# Targets: the project's own Transformer (the toy targets trained here) and the LLaMA
+# architecture (SmolLM2-135M-Instruct, :meth:`jaxsci.common.lm.engine.Engine.smollm2`).
+TARGETS = (Transformer, Llama)
+TARGET_CONFIGS = (TransformerConfig, LlamaConfig)
+
+
+def _check_target(target, name: str = "target"):
+    if not isinstance(target, TARGETS):
+        raise TypeError(f"{name} must be a Transformer or a Llama, got {type(target).__name__}")
+    return target
 
 
 def default_target_layers(n_layers: int, k: int = 3) -> tuple[int, ...]:
@@ -175,14 +186,15 @@ class DrafterConfig:
                 check_int("target_layers[i]", i, min=0)
             object.__setattr__(self, "target_layers", tuple(int(i) for i in self.target_layers))
 
-    def resolve(self, target: TransformerConfig) -> DrafterConfig:
+    def resolve(self, target: TransformerConfig | LlamaConfig) -> DrafterConfig:
         """This config with ``target_layers`` and ``d_ff`` filled in from ``target``.
 
         Raises:
           ValueError: a target layer beyond the target's depth.
         """
-        if not isinstance(target, TransformerConfig):
-            raise TypeError(f"target must be a TransformerConfig, got {type(target).__name__}")
+        if not isinstance(target, TARGET_CONFIGS):
+            raise TypeError(f"target must be a TransformerConfig or a LlamaConfig, got "
+                            f"{type(target).__name__}")
         layers = (self.target_layers if self.target_layers is not None
                   else default_target_layers(target.n_layers))
         for i in layers:
@@ -251,14 +263,15 @@ class Drafter(nnx.Module):
       target_config: the target's config.
     """
 
-    def __init__(self, config: DrafterConfig, target: TransformerConfig | Transformer, *,
+    def __init__(self, config: DrafterConfig,
+                 target: TransformerConfig | LlamaConfig | Transformer | Llama, *,
                  rngs: nnx.Rngs):
         if not isinstance(config, DrafterConfig):
             raise TypeError(f"config must be a DrafterConfig, got {type(config).__name__}")
-        if isinstance(target, Transformer):
+        if isinstance(target, TARGETS):
             target = target.config
-        if not isinstance(target, TransformerConfig):
-            raise TypeError("target must be a Transformer or a TransformerConfig, got "
+        if not isinstance(target, TARGET_CONFIGS):
+            raise TypeError("target must be a Transformer, a Llama or one's config, got "
                             f"{type(target).__name__}")
         config = config.resolve(target)
         self.config = config
@@ -270,10 +283,13 @@ class Drafter(nnx.Module):
                                 for _ in range(config.n_layers)])
         self.norm = nnx.RMSNorm(d, epsilon=target.norm_eps, rngs=rngs)
 
-    def init_cache(self, batch: int, dtype=jnp.float32) -> KVCache:
-        """An empty context cache (``max_len`` slots) for ``batch`` sequences."""
+    def init_cache(self, batch: int, dtype=jnp.float32, length: int | None = None
+                   ) -> KVCache:
+        """An empty context cache for ``batch`` sequences: ``length`` slots (positions
+        ``0 .. length - 1``), by default the target's ``max_len``."""
         t = self.target_config
-        return KVCache.zeros(self.config.n_layers, batch, t.max_len, t.n_heads, t.head_dim,
+        length = t.max_len if length is None else min(length, t.max_len)
+        return KVCache.zeros(self.config.n_layers, batch, length, t.n_heads, t.head_dim,
                              dtype)
 
     def fuse(self, hidden: Sequence[Float[Array, "b t d"]]) -> Float[Array, "b t d"]:
@@ -320,11 +336,14 @@ class Drafter(nnx.Module):
 
 
 def _check_pair(target, drafter):
-    if not isinstance(target, Transformer):
-        raise TypeError(f"target must be a Transformer, got {type(target).__name__}")
+    _check_target(target)
     if not isinstance(drafter, Drafter):
         raise TypeError(f"drafter must be a Drafter, got {type(drafter).__name__}")
     t, d = target.config, drafter.config
+    if type(drafter.target_config) is not type(t):
+        raise ValueError(f"drafter was built for a {type(drafter.target_config).__name__} "
+                         f"target, not a {type(t).__name__} (build it with Drafter(config, "
+                         "target))")
     for name in ("vocab_size", "d_model", "n_heads", "max_len", "rope_base"):
         mine = getattr(drafter.target_config, name)
         if getattr(t, name) != mine:
@@ -484,11 +503,13 @@ def _speculative(t_graph, t_state, d_graph, d_state, buf, prompt_len, key, stop_
 
     # Prefill: the target's pass over the prompt gives the first token and the
     # context features of every prompt position.
-    out = target(buf[None], cache=target.init_cache(1), hidden_layers=layers)
+    L = seq.shape[0]  # every position a round can write is below L
+    out = target(buf[None], cache=decode.fresh_cache(target, 1, L), hidden_layers=layers)
     key, sub = decode.next_key(key, temperature)
     tok = decode.sample_token(sub, out.logits[0, prompt_len - 1], temperature, top_p)
     seq = seq.at[prompt_len].set(tok)
-    d_cache = _write_context(out.hidden, drafter, drafter.init_cache(1), jnp.arange(P)[None])
+    d_cache = _write_context(out.hidden, drafter, drafter.init_cache(1, length=L),
+                             jnp.arange(P)[None])
     stopped = tok == stop_token
 
     def cond(c):
@@ -534,7 +555,7 @@ def _speculative(t_graph, t_state, d_graph, d_state, buf, prompt_len, key, stop_
 
 
 def speculative_generate(
-    target: Transformer,
+    target: Transformer | Llama,
     drafter: Drafter,
     prompt: Int[Array, " p"],
     max_new_tokens: int,
@@ -556,7 +577,10 @@ def speculative_generate(
     (temperature ``temperature``, nucleus ``top_p``).
 
     Args:
-      target: the model whose output is reproduced.
+      target: the model whose output is reproduced: a
+        :class:`~jaxsci.common.lm.model.Transformer` or a
+        :class:`~jaxsci.common.lm.llama.Llama` (SmolLM2; its cache is sized to the
+        prompt and the budget, not to its 8192-token context).
       drafter: a :class:`Drafter` built for ``target`` (block or autoregressive).
       prompt, max_new_tokens, key, temperature, top_p, stop_token, prompt_length: as in
         :func:`jaxsci.common.lm.decode.generate`.
@@ -592,7 +616,7 @@ def speculative_generate(
 
 def target_outputs(
     key: jax.Array,
-    target: Transformer,
+    target: Transformer | Llama,
     prompts: Int[Array, "n p"],
     length: int,
     *,
@@ -618,7 +642,7 @@ def target_outputs(
 
 def drafter_logits(
     drafter: Drafter,
-    target: Transformer,
+    target: Transformer | Llama,
     tokens: Int[Array, "b t"],
     anchors: Int[Array, "b m"],
     *,
@@ -675,7 +699,7 @@ def drafter_logits(
 
 def drafter_loss(
     drafter: Drafter,
-    target: Transformer,
+    target: Transformer | Llama,
     tokens: Int[Array, "b t"],
     anchors: Int[Array, "b m"],
     *,
@@ -703,7 +727,7 @@ def drafter_loss(
 
 def train_drafters(
     key: jax.Array,
-    target: Transformer,
+    target: Transformer | Llama,
     configs: Sequence[DrafterConfig],
     sequences: Int[Array, "n t"],
     *,
@@ -750,8 +774,7 @@ def train_drafters(
       ``(drafters, losses)``: the trained drafters and the summed loss per step.
     """
     check_key("key", key)
-    if not isinstance(target, Transformer):
-        raise TypeError(f"target must be a Transformer, got {type(target).__name__}")
+    _check_target(target)
     configs = tuple(configs)
     if not configs:
         raise ValueError("configs must hold at least one DrafterConfig")
@@ -785,14 +808,19 @@ def train_drafters(
         states.append(s)
     data = jnp.asarray(sequences, jnp.int32)
     feats = _target_hidden(target, data, layers) if features == "precomputed" else None
+    # The target's parameters, the sequences and their features go into the jitted step
+    # as arguments (core.fit's ``data``), not as constants folded into the program.
+    t_graph, t_state = nnx.split(target)
 
-    def batch_fn(step, k):
+    def batch_fn(step, k, frozen):
+        data, feats = frozen["tokens"], frozen["features"]
         k_rows, k_anchor = jax.random.split(k)
         idx = jax.random.randint(k_rows, (batch_size,), 0, n)
         anc = jax.random.randint(k_anchor, (batch_size, anchors), 1, T - B + 1)
         return data[idx], (None if feats is None else feats[idx]), anc
 
-    def loss_fn(params, batch, k):
+    def loss_fn(params, batch, k, frozen):
+        target = nnx.merge(t_graph, frozen["target"])
         tokens, hid, anc = batch
         if hid is None:
             hidden = target(tokens, hidden_layers=layers).hidden
@@ -813,7 +841,8 @@ def train_drafters(
                                   log_every=max(1, min(50, steps // 10)),
                                   checkpoint_every=checkpoint_every,
                                   checkpoint_dir=checkpoint_dir, desc=desc),
-                      batch_fn=batch_fn, full_history=True)
+                      batch_fn=batch_fn, full_history=True,
+                      data={"target": t_state, "tokens": data, "features": feats})
     drafters = tuple(nnx.merge(g, p) for g, p in zip(graphs, out.params, strict=True))
     return drafters, losses
 
@@ -821,13 +850,16 @@ def train_drafters(
 def _target_hidden(target, tokens, layers, chunk=64):
     """The target's hidden states at ``layers`` of every row, concatenated on features."""
 
+    graph, state = nnx.split(target)  # the weights as an argument, not as constants
+
     @jax.jit
-    def run(toks):
-        return jnp.concatenate(target(toks, hidden_layers=layers).hidden, axis=-1)
+    def run(state, toks):
+        model = nnx.merge(graph, state)
+        return jnp.concatenate(model(toks, hidden_layers=layers).hidden, axis=-1)
 
     n = tokens.shape[0]
     padded = jnp.pad(tokens, ((0, -n % chunk), (0, 0)), constant_values=PAD)
-    return jnp.concatenate([run(padded[i:i + chunk]) for i in range(0, n, chunk)])[:n]
+    return jnp.concatenate([run(state, padded[i:i + chunk]) for i in range(0, n, chunk)])[:n]
 
 
 def _default_decay(B: int) -> float:
@@ -845,12 +877,17 @@ def load_drafter(directory) -> Drafter:
                          "not a Drafter")
     fields = dict(meta["config"], target_layers=tuple(meta["config"]["target_layers"]))
     config = DrafterConfig(**fields)
-    target = TransformerConfig(**meta["target_config"])
+    kind = {c.__name__: c for c in TARGET_CONFIGS}.get(
+        meta.get("target_config_class", "TransformerConfig"))  # older saves: Transformer
+    if kind is None:
+        raise ValueError(f"directory {str(directory)!r}: unknown target config "
+                         f"{meta.get('target_config_class')!r}")
+    target = kind(**meta["target_config"])
     return restore_model(directory,
                          nnx.eval_shape(lambda: Drafter(config, target, rngs=nnx.Rngs(0))))
 
 
-def train_drafter(key: jax.Array, target: Transformer, config: DrafterConfig,
+def train_drafter(key: jax.Array, target: Transformer | Llama, config: DrafterConfig,
                   sequences: Int[Array, "n t"], **kwargs) -> tuple[Drafter, np.ndarray]:
     """:func:`train_drafters` for one drafter: ``(drafter, losses)``."""
     (drafter,), losses = train_drafters(key, target, [config], sequences, **kwargs)

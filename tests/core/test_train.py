@@ -65,6 +65,31 @@ def test_fit_reduces_regression_loss():
     assert int(state.step) == 50
 
 
+def test_data_is_an_argument_of_the_step_not_a_constant():
+    """``data`` reaches batch_fn and loss_fn, is not trained, and gives the run the
+    closure gives."""
+    big = {"x": _X, "y": _Y, "frozen_scale": jnp.ones(())}
+
+    def batch_fn(step, key, data):
+        idx = jax.random.choice(key, _N, (_BATCH,), replace=False)
+        return data["x"][idx], data["y"][idx]
+
+    def loss_fn(params, batch, key, data):
+        return data["frozen_scale"] * _regression_loss(params, batch, key)
+
+    ref, ref_losses = fit(_regression_loss, _params(), optax.adam(0.1), jax.random.key(0),
+                          _quiet(20), batch_fn=_batch_fn)
+    state, losses = fit(loss_fn, _params(), optax.adam(0.1), jax.random.key(0), _quiet(20),
+                        batch_fn=batch_fn, data=big)
+    _assert_states_equal(state, ref)
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-6)
+    # Without batch_fn the data is loss_fn's last argument.
+    target = jnp.asarray([3.0, -1.0])
+    _, losses = fit(lambda p, key, data: jnp.sum((p - data) ** 2), jnp.zeros(2),
+                    optax.sgd(0.2), jax.random.key(0), _quiet(30), data=target)
+    assert losses[-1] < 1e-3 * losses[0]
+
+
 def test_quadratic_without_batch_fn_converges_and_compiles_once():
     traces = []
 

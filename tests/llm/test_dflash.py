@@ -8,6 +8,7 @@ from flax import nnx
 from scipy import stats
 
 from jaxsci.common.lm import decode
+from jaxsci.common.lm.llama import Llama, LlamaConfig
 from jaxsci.common.lm.model import Transformer, TransformerConfig
 from jaxsci.common.lm.tokenizer import MASK, ByteTokenizer
 from jaxsci.llm import dflash as df
@@ -262,7 +263,7 @@ def test_errors_name_the_argument(models, prompts):
         df.DrafterConfig(kind="tree")
     with pytest.raises(ValueError, match="target_layers\\[i\\] must be <= 2"):
         df.Drafter(df.DrafterConfig(target_layers=(1, 5)), TCFG, rngs=nnx.Rngs(0))
-    with pytest.raises(TypeError, match="target must be a Transformer or a TransformerConfig"):
+    with pytest.raises(TypeError, match="target must be a Transformer, a Llama or one's config"):
         df.Drafter(df.DrafterConfig(), {"d_model": 32}, rngs=nnx.Rngs(0))
 
 
@@ -278,3 +279,37 @@ def test_drafter_shares_the_targets_widths(models, tmp_path):
     save_model(tmp_path / "d", d)
     back = df.load_drafter(tmp_path / "d")
     assert back.config == d.config and back.target_config == TCFG
+
+
+# ----------------------------------------------------------------- a LLaMA target (SmolLM2's kind)
+
+# SmolLM2's architecture in miniature: grouped-query attention (4 query heads sharing 2
+# key/value heads), an 8192-token context (the cache is sized to the call, not to it).
+LCFG = LlamaConfig(vocab_size=300, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2,
+                   head_dim=8, d_ff=64, max_len=8192)
+
+
+def test_a_llama_target_decodes_losslessly_and_its_drafter_saves(prompts, tmp_path):
+    target = Llama(LCFG, rngs=nnx.Rngs(0))
+    p = prompts[0]
+    ref = decode.generate(target, p, N_NEW)
+    for kind in ("block", "autoregressive"):
+        d = df.Drafter(df.DrafterConfig(kind=kind, block_size=B), target, rngs=nnx.Rngs(1))
+        assert d.config.target_layers == df.default_target_layers(LCFG.n_layers)
+        out = df.speculative_generate(target, d, p, N_NEW)
+        np.testing.assert_array_equal(out.tokens, ref.tokens)
+        assert (N_NEW - 1) / B <= int(out.rounds) <= N_NEW - 1
+    # The drafter's loss trains against the LLaMA's hidden states (finite, with a
+    # gradient), and a saved drafter comes back with its LlamaConfig target.
+    toks = jax.random.randint(jax.random.key(0), (2, 20), 0, LCFG.vocab_size)
+    loss, grads = nnx.value_and_grad(lambda m: df.drafter_loss(
+        m, target, toks, jnp.array([[1, 7], [3, 12]]), block_size=B, decay=4.0))(d)
+    assert np.isfinite(float(loss))
+    assert any(float(jnp.abs(g).max()) > 0 for g in jax.tree_util.tree_leaves(grads))
+    from jaxsci.common.lm.training import save_model
+
+    save_model(tmp_path / "d", d)
+    back = df.load_drafter(tmp_path / "d")
+    assert back.target_config == LCFG and back.config == d.config
+    with pytest.raises(ValueError, match="drafter was built for a LlamaConfig target"):
+        df.speculative_generate(Transformer(TCFG, rngs=nnx.Rngs(0)), back, p, 4)

@@ -34,6 +34,7 @@ import numpy as np
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
+from jaxsci.common.lm.llama import Llama
 from jaxsci.common.lm.model import Transformer
 from jaxsci.common.lm.tokenizer import PAD
 from jaxsci.core.validation import check_array, check_int, check_key, check_scalar
@@ -230,6 +231,19 @@ def generated_tokens(seq: Int[Array, " s"], prompt_length: Int[Array, ""], n: In
 # ----------------------------------------------------------------- plain decoding
 
 
+LANGUAGE_MODELS = (Transformer, Llama)
+
+
+def fresh_cache(model, batch: int, length: int):
+    """An empty KV cache for ``batch`` sequences of up to ``length`` positions: a
+    :class:`~jaxsci.common.lm.llama.Llama`'s sized to ``length`` (its context is 8192:
+    attending over that many empty slots would cost more than the weights), a
+    :class:`~jaxsci.common.lm.model.Transformer`'s its full ``max_len``."""
+    if isinstance(model, Llama):
+        return model.init_cache(batch, min(length, model.config.max_len))
+    return model.init_cache(batch)
+
+
 @functools.partial(jax.jit, static_argnames=("max_new", "temperature", "top_p"))
 def _generate(graphdef, state, buf, prompt_len, key, stop_token, *, max_new, temperature,
               top_p):
@@ -237,7 +251,7 @@ def _generate(graphdef, state, buf, prompt_len, key, stop_token, *, max_new, tem
     p = buf.shape[0]
     # One spare slot: the last step writes one position past the budget.
     seq = jnp.full((p + max_new + 1,), PAD, jnp.int32).at[:p].set(buf)
-    out = model(buf[None], cache=model.init_cache(1))
+    out = model(buf[None], cache=fresh_cache(model, 1, seq.shape[0]))
     key, sub = next_key(key, temperature)
     tok = sample_token(sub, out.logits[0, prompt_len - 1], temperature, top_p)
     seq = seq.at[prompt_len].set(tok)
@@ -263,7 +277,7 @@ def _generate(graphdef, state, buf, prompt_len, key, stop_token, *, max_new, tem
 
 
 def generate(
-    model: Transformer,
+    model: Transformer | Llama,
     prompt: Int[Array, " p"],
     max_new_tokens: int,
     *,
@@ -276,7 +290,9 @@ def generate(
     """Continue ``prompt`` by ``max_new_tokens`` tokens with the KV cache, in one program.
 
     Args:
-      model: the language model.
+      model: the language model (a :class:`~jaxsci.common.lm.model.Transformer` or a
+        :class:`~jaxsci.common.lm.llama.Llama`, whose cache is sized to the prompt and
+        the budget).
       prompt: 1-D token ids (or a padded buffer, see ``prompt_length``).
       max_new_tokens: how many tokens to generate (fewer if ``stop_token`` comes).
       key: PRNG key; required when ``temperature > 0``.
@@ -290,8 +306,8 @@ def generate(
       a :class:`Generation`. Deterministic given ``key``; ``vmap`` over keys (or over
       padded prompts and their lengths) to decode a batch.
     """
-    if not isinstance(model, Transformer):
-        raise TypeError(f"model must be a Transformer, got {type(model).__name__}")
+    if not isinstance(model, LANGUAGE_MODELS):
+        raise TypeError(f"model must be a Transformer or a Llama, got {type(model).__name__}")
     c = model.config
     temperature, top_p = check_sampling(temperature, top_p)
     buf, length = prepare_prompt(prompt, max_new_tokens, c.max_len, c.vocab_size,

@@ -319,6 +319,11 @@ class Llama(nnx.Module):
             return self.head(h)
         return h @ self.embed.embedding[...].T
 
+    def unembed(self, h: Float[Array, "... d"]) -> Float[Array, "... v"]:
+        """:meth:`logits` under :class:`~jaxsci.common.lm.model.Transformer`'s name (code
+        written for either model, such as DFlash's drafter, reads the head this way)."""
+        return self.logits(h)
+
     def features(
         self,
         tokens: Int[Array, "b t"],

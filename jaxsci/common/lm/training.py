@@ -157,6 +157,7 @@ def save_model(directory: str | os.PathLike, model: nnx.Module) -> Path:
     target = getattr(model, "target_config", None)  # a drafter: the target's widths
     if dataclasses.is_dataclass(target):
         meta["target_config"] = dataclasses.asdict(target)
+        meta["target_config_class"] = type(target).__name__
     (path / "config.json").write_text(json.dumps(meta, indent=2) + "\n")
     with ocp.StandardCheckpointer() as ckpt:
         ckpt.save(path / "state", nnx.state(model), force=True)

@@ -44,7 +44,7 @@ _ENTRIES = [
     Entry("ggm", "JIC-HD: common hub detection across Gaussian graphical models", "stats", "implemented"),
     Entry("qenn", "Quantum-evidence complex-valued network for OOD detection", "generative"),
     Entry("auctions", "Model refinement vs platform metrics for autobidders", "stats", "implemented"),
-    Entry("ffcc", "Fast activation approximations by float reinterpretation", "numerics"),
+    Entry("ffcc", "Fast activation approximations by float reinterpretation", "numerics", "implemented"),
     Entry("lagrangian", "Learning Lagrangian relaxation multipliers", "stats", "implemented"),
     Entry("streaming_ate", "Streaming ATE estimation with balancing coresets", "stats"),
     Entry("continual", "DFA-CIL / DFA-MoE with the SCR metric", "llm"),

@@ -46,7 +46,7 @@ _ENTRIES = [
     Entry("auctions", "Model refinement vs platform metrics for autobidders", "stats", "implemented"),
     Entry("ffcc", "Fast activation approximations by float reinterpretation", "numerics", "implemented"),
     Entry("lagrangian", "Learning Lagrangian relaxation multipliers", "stats", "implemented"),
-    Entry("streaming_ate", "Streaming ATE estimation with balancing coresets", "stats"),
+    Entry("streaming_ate", "Streaming ATE estimation with balancing coresets", "stats", "implemented"),
     Entry("continual", "DFA-CIL / DFA-MoE with the SCR metric", "llm"),
     Entry("topology", "Blessing of dimensionality for persistent homology", "stats"),
     Entry("cotraining", "Mechanisms of sim-and-real co-training", "generative"),

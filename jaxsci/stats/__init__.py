@@ -1,5 +1,5 @@
 """Statistics and theory methods: small-matrix and simulation methods swept with ``vmap``."""
 
-from jaxsci.stats import auctions, bandits, ggm, lagrangian
+from jaxsci.stats import auctions, bandits, ggm, lagrangian, streaming_ate
 
-__all__ = ["auctions", "bandits", "ggm", "lagrangian"]
+__all__ = ["auctions", "bandits", "ggm", "lagrangian", "streaming_ate"]

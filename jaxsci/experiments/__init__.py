@@ -48,7 +48,7 @@ _ENTRIES = [
     Entry("lagrangian", "Learning Lagrangian relaxation multipliers", "stats", "implemented"),
     Entry("streaming_ate", "Streaming ATE estimation with balancing coresets", "stats", "implemented"),
     Entry("continual", "DFA-CIL / DFA-MoE with the SCR metric", "llm"),
-    Entry("topology", "Blessing of dimensionality for persistent homology", "stats"),
+    Entry("topology", "Blessing of dimensionality for persistent homology", "stats", "implemented"),
     Entry("cotraining", "Mechanisms of sim-and-real co-training", "generative"),
     Entry("augmask", "AugMask: tabular diffusion with missing values", "generative"),
     Entry("eeb", "Erasure-evasion backdoor in concept erasure (robustness evaluation)", "generative"),

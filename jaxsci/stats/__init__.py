@@ -1,5 +1,5 @@
 """Statistics and theory methods: small-matrix and simulation methods swept with ``vmap``."""
 
-from jaxsci.stats import auctions, bandits, ggm, lagrangian, streaming_ate
+from jaxsci.stats import auctions, bandits, ggm, lagrangian, streaming_ate, topology
 
-__all__ = ["auctions", "bandits", "ggm", "lagrangian", "streaming_ate"]
+__all__ = ["auctions", "bandits", "ggm", "lagrangian", "streaming_ate", "topology"]

@@ -20,10 +20,11 @@ Two workers of one clean-clone run crashed (SIGSEGV) inside JAX's compile path o
 a worker abort (SIGABRT) inside ``backend_compile_and_load`` during a quick trend run:
 the crashes are XLA's, not the cache's; the trend runs happen in subprocesses, which a
 native crash ends without taking the worker (``tests/experiments/test_protocol.py``).
-On 2026-12-02 two clean-clone runs had a worker die (SIGSEGV) in the cache write (the
-executable's serialisation) of one float64 gradient check; the property harness now
-writes nothing to the cache (``tests/test_properties.py``), and a dead worker ends the
-run at once (``--max-worker-restart=0`` in ``pyproject.toml``) instead of leaving it idle.
+On 2026-12-02 three clean-clone runs had a worker die (SIGSEGV, in the compile or the
+cache write) on one float64 gradient check after ~1000 other tests in that process (the
+check passes alone): each method's property checks now run in a fresh process
+(``tests/test_properties.py``), and a dead worker ends the run at once
+(``--max-worker-restart=0`` in ``pyproject.toml``) instead of leaving it idle.
 
 The tests compile with XLA's CPU backend optimisation level 0: they are compile-bound,
 and level 0 compiles ~1.5x faster for slower generated code (the same HLO, only the

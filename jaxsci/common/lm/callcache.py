@@ -14,6 +14,11 @@ itself, so an agent experiment runs unchanged on the wrapped model. Each ``chat`
   ``top_logprobs`` and whatever else its signature takes (``tools``, ``tool_choice``);
   for ``score`` the options.
 
+``stream`` (:meth:`CachedChat.stream`, for a model that has one, as
+:class:`~jaxsci.common.lm.chat.LocalChat`) is cached the same way under its own kind
+``"stream"``: a hit replays the stored pieces. Other model calls beyond the protocol
+(``complete``, ``stream_complete``) are not forwarded by the wrapper.
+
 Modes:
 
 * ``"read-write"``: a hit is served from the database without calling the model; a miss
@@ -82,7 +87,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -90,7 +95,14 @@ import jax
 import numpy as np
 from flax import nnx
 
-from jaxsci.common.lm.chat import LocalChat, OpenAIChat, OptionScores, check_messages
+from jaxsci.common.lm.chat import (
+    ChatDelta,
+    ChatResult,
+    LocalChat,
+    OpenAIChat,
+    OptionScores,
+    check_messages,
+)
 from jaxsci.common.lm.engine import Engine
 
 __all__ = [
@@ -104,6 +116,9 @@ __all__ = [
 ]
 
 MODES = ("read-write", "replay", "off")
+# Model calls of LocalChat beyond the protocol that the wrapper does not cache: not
+# forwarded, so that no call slips past the cache (a replay must make no model call).
+_UNCACHED = frozenset({"complete", "stream_complete"})
 SCHEMA_VERSION = 1
 _SCHEMA = """CREATE TABLE IF NOT EXISTS calls (
     key TEXT PRIMARY KEY,
@@ -432,6 +447,70 @@ class CachedChat:
         return self._call("chat", messages, params, deterministic,
                           lambda: self.model.chat(messages, **kwargs))
 
+    def stream(self, messages, **kwargs) -> Iterator[ChatDelta]:
+        """The wrapped model's ``stream`` (one reply, token by token), through the cache.
+
+        The key is of kind ``"stream"`` (a stream's pieces and its ``usage`` are not a
+        ``chat`` result's, so the two never share an entry). A hit yields the stored
+        pieces, exactly as the model streamed them, without a model call; a miss streams
+        the model's pieces as they come and stores them once the stream has ended (a
+        stream abandoned half-way stores nothing). Replay mode raises :class:`CacheMiss`
+        at the call, before any piece. The arguments are checked at the call (as
+        :meth:`LocalChat.stream` does); the trace line is written when the stream ends.
+
+        Raises:
+          AttributeError: the wrapped model has no ``stream``.
+          CacheMiss: replay mode and no stored result.
+          TypeError: an argument the wrapped model's ``stream`` does not take.
+        """
+        model_stream = getattr(self.model, "stream", None)
+        if model_stream is None:
+            raise AttributeError(f"{type(self.model).__name__} has no stream; use chat")
+        params = self._params(kwargs, model_stream)
+        try:
+            temperature = float(params.get("temperature", 0.0))
+        except (TypeError, ValueError):
+            temperature = math.nan
+        deterministic = temperature == 0.0 or params.get("seed") is not None
+        start = time.perf_counter()
+        msgs = check_messages(messages)
+        key = request = status = stored = None
+        try:
+            key, request, status, stored = self._resolve("stream", msgs, params,
+                                                         deterministic)
+            if status == "miss" and self.mode == "replay":
+                raise CacheMiss(key, "stream", msgs, self.path)
+            live = None if stored is not None else model_stream(messages, **kwargs)
+        except BaseException as exc:
+            if self.trace is not None:
+                self._trace("stream", msgs, params, key, status,
+                            time.perf_counter() - start, None, f"{type(exc).__name__}: {exc}")
+            raise
+        return self._stream_pieces(msgs, params, key, request, status, start, stored, live)
+
+    def _stream_pieces(self, msgs, params, key, request, status, start, stored, live):
+        pieces, error = [], None
+        try:
+            for d in (stored if stored is not None else live):
+                pieces.append(d)
+                yield d
+            if status == "miss":
+                self._store(key, request, tuple(pieces))
+        except GeneratorExit:
+            error = "GeneratorExit: the stream was closed before its end (not stored)"
+            raise
+        except BaseException as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            if self.trace is not None:
+                last = pieces[-1] if pieces else None
+                reply = ChatResult("".join(d.content for d in pieces),
+                                   getattr(last, "finish_reason", None),
+                                   getattr(last, "usage", None))
+                self._trace("stream", msgs, params, key, status,
+                            time.perf_counter() - start, [reply], error)
+
     def score(self, messages, options):
         """The wrapped model's ``score``, through the cache (always deterministic).
 
@@ -444,10 +523,11 @@ class CachedChat:
 
     # ------------------------------------------------------------- machinery
 
-    def _params(self, kwargs: dict) -> dict:
-        """The call's arguments with the wrapped model's defaults, as a key sees them."""
+    def _params(self, kwargs: dict, fn=None) -> dict:
+        """The call's arguments with the wrapped model's defaults (of ``fn``, its ``chat``
+        unless given), as a key sees them."""
         try:
-            sig = inspect.signature(self.model.chat)
+            sig = inspect.signature(self.model.chat if fn is None else fn)
         except (TypeError, ValueError):  # no signature to read: the arguments as given
             return _to_json(kwargs, exact=False)
         bound = sig.bind_partial(None, **kwargs)  # TypeError names an unknown argument
@@ -489,22 +569,25 @@ class CachedChat:
                 "hits) VALUES (?, ?, ?, ?, ?, 0)",
                 (key, self.fingerprint, request, response, time.time()))
 
+    def _resolve(self, kind, msgs, params, deterministic):
+        """``(key, request, status, stored)`` of a call: its key and cache status, and the
+        stored result of a hit (``None`` otherwise)."""
+        if self.mode == "off":
+            return None, None, "off", None
+        key, request = self._key(kind, msgs, params)
+        if not deterministic:
+            return key, request, "bypass", None
+        stored = self._lookup(key)
+        return key, request, ("hit" if stored is not None else "miss"), stored
+
     def _call(self, kind, messages, params, deterministic, call):
         start = time.perf_counter()
         msgs = check_messages(messages)
         key = request = status = result = error = None
         try:
-            if self.mode == "off":
-                status = "off"
-            else:
-                key, request = self._key(kind, msgs, params)
-                if not deterministic:
-                    status = "bypass"
-                else:
-                    result = self._lookup(key)
-                    status = "hit" if result is not None else "miss"
-                    if result is None and self.mode == "replay":
-                        raise CacheMiss(key, kind, msgs, self.path)
+            key, request, status, result = self._resolve(kind, msgs, params, deterministic)
+            if status == "miss" and self.mode == "replay":
+                raise CacheMiss(key, kind, msgs, self.path)
             if result is None:
                 result = call()
                 if status == "miss":
@@ -523,7 +606,7 @@ class CachedChat:
                   "fingerprint": self._fingerprint, "key": key, "cache": status,
                   "latency_s": latency, "prompt_tokens": None, "completion_tokens": None,
                   "messages": msgs, "params": params}
-        if kind == "chat" and result is not None:
+        if kind in ("chat", "stream") and result is not None:
             usage = getattr(result[0], "usage", None) if result else None
             if usage is not None:
                 record["prompt_tokens"] = usage.prompt_tokens
@@ -574,6 +657,9 @@ class CachedChat:
         # __init__ has not set it.
         if name.startswith("_") or name == "model":
             raise AttributeError(name)
+        if name in _UNCACHED:  # a model call that would bypass the cache (and replay)
+            raise AttributeError(f"CachedChat does not cache {name!r}; call it on the "
+                                 f"wrapped model (.model.{name}) if that is meant")
         return getattr(self.model, name)
 
     def __repr__(self) -> str:

@@ -3,9 +3,10 @@ r"""One chat interface, :class:`ChatModel`: the in-process engine or an OpenAI-c
 Agent experiments talk to a language model through two calls, and run unchanged against
 either backend:
 
-* ``chat(messages, *, tools, tool_choice, response_format, temperature, top_p, max_tokens,
-  stop, seed, n, logprobs, top_logprobs)`` -> ``n`` :class:`ChatResult` (the reply, its
-  tool calls, why it ended, token counts, optionally each reply token's log-probability);
+* ``chat(messages, *, tools, tool_choice, parallel_tool_calls, response_format, temperature,
+  top_p, max_tokens, stop, seed, n, logprobs, top_logprobs)`` -> ``n`` :class:`ChatResult`
+  (the reply, its tool calls, why it ended, token counts, optionally each reply token's
+  log-probability);
 * ``score(messages, options)`` -> ``log p(option | conversation)`` for each option string
   as the start of the assistant's reply (an :class:`OptionScores` array whose ``method``
   says how it was computed).
@@ -47,8 +48,11 @@ support. :class:`LocalChat` lists the tools in the system prompt (the Hermes / Q
 call whose JSON follows the tool's schema, whatever the model; ``"auto"`` lets the
 model choose by its first tokens: a reply that begins with ``<tool_call>`` is held to the
 grammar, any other is free text (in which ``<tool_call>`` blocks are still parsed);
-``"none"`` neither lists the tools nor parses calls. One call per reply. Calls that fail
-to parse or validate keep their ``error``, never dropped.
+``"none"`` neither lists the tools nor parses calls. One call per reply, or with
+``parallel_tool_calls=True`` one or more (the grammar lets the model end after each call
+or go on with another; OpenAI's default is ``True``, ours ``False``, because a small model
+held to a grammar that allows more calls tends to repeat the first). Calls that fail to
+parse or validate keep their ``error``, never dropped.
 
 **JSON mode**: ``response_format={"type": "json_object"}`` or ``{"type": "json_schema",
 "json_schema": {"name": ..., "schema": {...}}}`` (OpenAI's). :class:`LocalChat` decodes the
@@ -103,6 +107,7 @@ from jaxsci.common.lm.tools import (
     Tool,
     ToolCall,
     as_tools,
+    check_parallel_tool_calls,
     check_tool_calls,
     check_tool_choice,
     make_tool_call,
@@ -279,6 +284,7 @@ class ChatModel(Protocol):
 
     def chat(self, messages: Sequence[Mapping[str, Any]], *,
              tools: Sequence[Tool | Mapping[str, Any]] | None = None, tool_choice=None,
+             parallel_tool_calls: bool = False,
              response_format: Mapping[str, Any] | None = None, temperature: float = 0.0,
              top_p: float = 1.0, max_tokens: int = 256,
              stop: str | Sequence[str] | None = None, seed: int | None = None, n: int = 1,
@@ -501,10 +507,12 @@ class LocalChat:
         tok = self.engine.tokenizer
         return tok.chat_template(render_messages(msgs, tools, default_system=tok.default_system))
 
-    def _masks(self, tools: tuple[Tool, ...], mode: str, name: str | None) -> TokenMasks:
+    def _masks(self, tools: tuple[Tool, ...], mode: str, name: str | None,
+               parallel: bool = False) -> TokenMasks:
         """The token masks of the tool-call grammar (kept for the last few grammars)."""
         return self._grammar_masks(tool_call_grammar(
-            tools, name=name if mode == "function" else None, free_text=mode == "auto"))
+            tools, name=name if mode == "function" else None, free_text=mode == "auto",
+            parallel=parallel))
 
     def _grammar_masks(self, grammar: Grammar) -> TokenMasks:
         masks = self._tool_masks.get(grammar)
@@ -593,8 +601,9 @@ class LocalChat:
 
     # ------------------------------------------------------------- the protocol
 
-    def chat(self, messages, *, tools=None, tool_choice=None, response_format=None,
-             temperature: float = 0.0, top_p: float = 1.0, max_tokens: int = 256,
+    def chat(self, messages, *, tools=None, tool_choice=None, parallel_tool_calls=False,
+             response_format=None, temperature: float = 0.0, top_p: float = 1.0,
+             max_tokens: int = 256,
              stop: str | Sequence[str] | None = None, seed: int | None = None, n: int = 1,
              logprobs: bool = False, top_logprobs: int = 0) -> list[ChatResult]:
         """``n`` replies to ``messages``, generated as one batch.
@@ -606,6 +615,8 @@ class LocalChat:
             docstring and :mod:`jaxsci.common.lm.grammar`), token by token.
           tool_choice: ``None`` (``"auto"`` with tools), ``"auto"``, ``"none"``,
             ``"required"`` or ``{"type": "function", "function": {"name": ...}}``.
+          parallel_tool_calls: ``True``: a reply may hold several calls (each of any
+            offered tool, or all of the forced one); ``False``: at most one.
           response_format: OpenAI's JSON mode: ``{"type": "json_object"}`` (the reply is
             one JSON object) or ``{"type": "json_schema", "json_schema": {"name": ...,
             "schema": {...}}}`` (one JSON value following the schema; the subset of
@@ -638,6 +649,7 @@ class LocalChat:
                             top_logprobs)
         tools = as_tools(tools)
         choice = check_tool_choice(tool_choice, tools)
+        parallel = check_parallel_tool_calls(parallel_tool_calls)
         grammar = check_response_format(response_format)
         if grammar is not None:
             if choice.mode != "none":
@@ -645,7 +657,7 @@ class LocalChat:
                                  "pass tool_choice='none' or no tools")
             return self._chat_json(msgs, grammar, s)
         if choice.mode != "none":
-            return self._chat_tools(msgs, tools, choice.mode, choice.name, s)
+            return self._chat_tools(msgs, tools, choice.mode, choice.name, s, parallel)
         ids = self.engine.tokenizer.encode(self._render(msgs))
         with self._lock:
             completions, bodies = self._generate([ids] * s.n, s)
@@ -714,10 +726,10 @@ class LocalChat:
         return out
 
     def _chat_tools(self, msgs, tools: tuple[Tool, ...], mode: str, name: str | None,
-                    s: _Sampling) -> list[ChatResult]:
+                    s: _Sampling, parallel: bool = False) -> list[ChatResult]:
         """Replies decoded under the tool-call grammar (``mode`` as in ``ToolChoice``)."""
         with self._lock:
-            masks = self._masks(tools, mode, name)
+            masks = self._masks(tools, mode, name, parallel)
             grammar = masks.grammar
             ids = self.engine.tokenizer.encode(self._render(msgs, tools))
             completions, states, forced_text, ids = self._decode_grammar(ids, masks, s)
@@ -1067,8 +1079,9 @@ class OpenAIChat:
 
     # ------------------------------------------------------------- the protocol
 
-    def chat(self, messages, *, tools=None, tool_choice=None, response_format=None,
-             temperature: float = 0.0, top_p: float = 1.0, max_tokens: int = 256,
+    def chat(self, messages, *, tools=None, tool_choice=None, parallel_tool_calls=False,
+             response_format=None, temperature: float = 0.0, top_p: float = 1.0,
+             max_tokens: int = 256,
              stop: str | Sequence[str] | None = None, seed: int | None = None, n: int = 1,
              logprobs: bool = False, top_logprobs: int = 0) -> list[ChatResult]:
         """``n`` replies from the server's ``/v1/chat/completions`` (arguments as
@@ -1089,6 +1102,7 @@ class OpenAIChat:
                             top_logprobs)
         tools = as_tools(tools)
         choice = check_tool_choice(tool_choice, tools)
+        parallel = check_parallel_tool_calls(parallel_tool_calls)
         json_mode = check_response_format(response_format) is not None
         results: list[ChatResult] = []
         prompt_tokens = completion_tokens = 0
@@ -1108,6 +1122,8 @@ class OpenAIChat:
                 kwargs["tools"] = [t.to_openai() for t in tools]
                 if tool_choice is not None:
                     kwargs["tool_choice"] = choice.to_openai()
+                # Sent always: OpenAI's default is True, the protocol's False.
+                kwargs["parallel_tool_calls"] = parallel
             if json_mode:
                 kwargs["response_format"] = dict(response_format)
             resp = self._call(self._client.chat.completions.create, **kwargs)

@@ -6,8 +6,10 @@ language of one call in the prompt protocol::
 
     <tool_call>\n{"name": <one of the tool names>, "arguments": <that tool's arguments>}
 
-in a canonical emission: ``json.dumps``'s separators (``", "`` and ``": "``, in the model's
-own habit rather than whitespace-free), object properties in the schema's order. It is
+(or, with ``parallel=True``, one or more such calls, each block closed by
+``\n</tool_call>\n`` before the next) in a canonical emission: ``json.dumps``'s
+separators (``", "`` and ``": "``, in the model's own habit rather than
+whitespace-free), object properties in the schema's order. It is
 compiled once (Thompson's construction of a byte NFA, then the subset construction) into
 a deterministic automaton over bytes, a :class:`Grammar`: a ``(states, 257)`` transition
 table (state 0 is the dead state; column 256, the padding byte, leaves a state as it is)
@@ -79,12 +81,17 @@ import numpy as np
 from jaxsci.common.lm.tools import TOOL_CALL_PREFIX, Tool, as_tools
 
 __all__ = ["Grammar", "TokenIndex", "TokenMasks", "tool_call_grammar", "json_grammar",
-           "check_response_format", "token_bytes", "INTEGER_DIGITS", "JSON_DEPTH"]
+           "check_response_format", "token_bytes", "INTEGER_DIGITS", "JSON_DEPTH",
+           "PARALLEL_SEPARATOR"]
 
 INTEGER_DIGITS = 19  # int64's
 JSON_DEPTH = 4  # nesting levels of objects/arrays inside a value of the empty schema {}
 _NUMBER_INT, _NUMBER_FRAC, _NUMBER_EXP = 16, 16, 3
 _PAD = 256
+# Between two calls of a parallel reply (``tool_call_grammar(..., parallel=True)``): the
+# first block's closing tag, a newline, and the next call up to its name.
+PARALLEL_SEPARATOR = '\n</tool_call>\n<tool_call>\n{"name": '
+
 _ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$schema",
                           "$comment", "$id", "format", "deprecated", "readOnly", "writeOnly",
                           "contentMediaType", "contentEncoding"})
@@ -510,7 +517,7 @@ class Grammar:
 
 
 def tool_call_grammar(tools: Iterable[Tool | Mapping[str, Any]], *, name: str | None = None,
-                      free_text: bool = False) -> Grammar:
+                      free_text: bool = False, parallel: bool = False) -> Grammar:
     """The grammar of one tool call in the prompt protocol (see the module docstring).
 
     Args:
@@ -518,6 +525,10 @@ def tool_call_grammar(tools: Iterable[Tool | Mapping[str, Any]], *, name: str | 
       name: only this tool may be called (a forced ``tool_choice``).
       free_text: also accept any reply that does not begin with ``<tool_call>\\n``
         (``tool_choice="auto"``).
+      parallel: one call or more (OpenAI's ``parallel_tool_calls``): after a call's
+        closing ``}`` the reply may end, or go on with :data:`PARALLEL_SEPARATOR` and
+        another call (any number of them; the model decides, and ``max_tokens`` bounds
+        it). The calls' tools are chosen independently.
 
     Returns:
       the compiled :class:`Grammar`.
@@ -537,11 +548,11 @@ def tool_call_grammar(tools: Iterable[Tool | Mapping[str, Any]], *, name: str | 
         tools = tuple(chosen)
     # Not sort_keys: the properties are emitted in the schema's order.
     return _compiled(tuple(json.dumps(t.to_openai()["function"])
-                           for t in tools), bool(free_text))
+                           for t in tools), bool(free_text), bool(parallel))
 
 
 @functools.lru_cache(maxsize=64)
-def _compiled(specs: tuple[str, ...], free_text: bool) -> Grammar:
+def _compiled(specs: tuple[str, ...], free_text: bool, parallel: bool = False) -> Grammar:
     nfa = _NFA()
     c = _Compiler(nfa)
     start = nfa.state()
@@ -557,7 +568,10 @@ def _compiled(specs: tuple[str, ...], free_text: bool) -> Grammar:
         k = nfa.lit(s, json.dumps(fn["name"]).encode() + b', "arguments": ')
         ends.append(nfa.lit(c.value(k, fn["parameters"], f"tool {fn['name']!r}: arguments"),
                             b"}"))
-    accepting = {nfa.join(ends)}
+    end = nfa.join(ends)
+    if parallel:  # the separator leads back to the next call's '{"name": '
+        nfa.lit(end, PARALLEL_SEPARATOR.encode(), end=head)
+    accepting = {end}
     free = None
     if free_text:
         free = nfa.state()

@@ -16,8 +16,9 @@ Endpoints:
 * ``POST /v1/chat/completions``: ``messages``, ``temperature``, ``top_p``, ``max_tokens``
   (or ``max_completion_tokens``), ``stop``, ``seed``, ``n`` (at most :data:`MAX_N`),
   ``logprobs``, ``top_logprobs`` (at most 20), ``tools``, ``tool_choice``,
-  ``response_format`` (``text``, ``json_object``, ``json_schema``: the reply decoded under
-  the JSON grammar, :func:`~jaxsci.common.lm.grammar.json_grammar`), ``stream`` and
+  ``parallel_tool_calls`` (omitted: ``false``, one call per reply; OpenAI's default is
+  ``true``), ``response_format`` (``text``, ``json_object``, ``json_schema``: the reply
+  decoded under the JSON grammar, :func:`~jaxsci.common.lm.grammar.json_grammar`), ``stream`` and
   ``stream_options.include_usage``. ``developer`` messages are read as ``system`` ones;
   ``tool`` messages and assistant messages with ``tool_calls`` are accepted. A reply's
   calls come back as OpenAI ``message.tool_calls`` (``content`` then ``null`` unless the
@@ -58,8 +59,7 @@ completions (OpenAI's); ``n`` 1. Sampling without a ``seed`` draws a fresh one p
 request; with a seed, the same request gives the same replies.
 
 **Refused, never silently ignored** (400 with a message): the legacy ``functions`` /
-``function_call`` (use ``tools``), ``parallel_tool_calls: true`` (one call per reply),
-``logit_bias``, non-zero ``frequency_penalty`` /
+``function_call`` (use ``tools``), ``logit_bias``, non-zero ``frequency_penalty`` /
 ``presence_penalty``, ``suffix``, ``best_of`` > 1. Other unknown fields (``user``,
 ``metadata``, ...) are ignored.
 
@@ -253,8 +253,6 @@ def _refuse_unsupported(req) -> None:
 
     if getattr(req, "functions", None) or getattr(req, "function_call", None) is not None:
         no("functions", "the legacy function calls; use tools")
-    if getattr(req, "parallel_tool_calls", None):
-        no("parallel_tool_calls", "one tool call per reply")
     if req.logit_bias:
         no("logit_bias", "only plain sampling")
     for field in ("frequency_penalty", "presence_penalty"):
@@ -423,6 +421,7 @@ def make_app(model) -> FastAPI:
             tools = as_tools(req.tools)
         with _model_errors("tool_choice"):
             check_tool_choice(req.tool_choice, tools)
+        parallel = bool(req.parallel_tool_calls)
         with _model_errors("response_format"):
             json_mode = check_response_format(req.response_format) is not None
         if req.top_logprobs and not req.logprobs:
@@ -443,6 +442,7 @@ def make_app(model) -> FastAPI:
         with _model_errors():
             results = chat_model.chat(
                 messages, tools=tools or None, tool_choice=req.tool_choice,
+                parallel_tool_calls=parallel if tools else False,
                 response_format=req.response_format if json_mode else None,
                 temperature=temperature, top_p=top_p, max_tokens=max_tokens, stop=req.stop,
                 seed=req.seed, n=req.n or 1, logprobs=bool(req.logprobs),

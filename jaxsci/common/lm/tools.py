@@ -61,6 +61,7 @@ __all__ = [
     "ToolCallError",
     "as_tools",
     "check_tool_choice",
+    "check_parallel_tool_calls",
     "check_tool_calls",
     "tools_system_prompt",
     "render_messages",
@@ -277,6 +278,18 @@ def check_tool_choice(tool_choice, tools: Sequence[Tool]) -> ToolChoice:
 
 
 # ----------------------------------------------------------------- the prompt protocol
+
+
+def check_parallel_tool_calls(parallel_tool_calls) -> bool:
+    """``parallel_tool_calls`` as a bool: ``True`` (a reply may hold several calls) or
+    ``False`` (at most one); ``None`` means ``False``. Anything else is a ``TypeError``
+    naming the argument (a string ``"false"`` is not silently true)."""
+    if parallel_tool_calls is None:
+        return False
+    if not isinstance(parallel_tool_calls, bool):
+        raise TypeError(f"parallel_tool_calls must be True or False, got "
+                        f"{type(parallel_tool_calls).__name__} {parallel_tool_calls!r}"[:200])
+    return parallel_tool_calls
 
 
 def tools_system_prompt(tools: Sequence[Tool]) -> str:

@@ -130,6 +130,15 @@ _SCHEMA = """CREATE TABLE IF NOT EXISTS calls (
 )"""
 
 
+def _deterministic(params: dict) -> bool:
+    """Whether a call with these arguments is cached: greedy, or sampled with a seed."""
+    try:
+        temperature = float(params.get("temperature", 0.0))
+    except (TypeError, ValueError):
+        temperature = math.nan  # not a number: the model will say so
+    return temperature == 0.0 or params.get("seed") is not None
+
+
 class CacheMiss(LookupError):
     """A call that replay mode found no stored result for.
 
@@ -439,12 +448,7 @@ class CachedChat:
             whatever the wrapped model raises.
         """
         params = self._params(kwargs)
-        try:
-            temperature = float(params.get("temperature", 0.0))
-        except (TypeError, ValueError):
-            temperature = math.nan  # not a number: the model will say so
-        deterministic = temperature == 0.0 or params.get("seed") is not None
-        return self._call("chat", messages, params, deterministic,
+        return self._call("chat", messages, params, _deterministic(params),
                           lambda: self.model.chat(messages, **kwargs))
 
     def stream(self, messages, **kwargs) -> Iterator[ChatDelta]:
@@ -467,11 +471,7 @@ class CachedChat:
         if model_stream is None:
             raise AttributeError(f"{type(self.model).__name__} has no stream; use chat")
         params = self._params(kwargs, model_stream)
-        try:
-            temperature = float(params.get("temperature", 0.0))
-        except (TypeError, ValueError):
-            temperature = math.nan
-        deterministic = temperature == 0.0 or params.get("seed") is not None
+        deterministic = _deterministic(params)
         start = time.perf_counter()
         msgs = check_messages(messages)
         key = request = status = stored = None

@@ -421,7 +421,6 @@ def make_app(model) -> FastAPI:
             tools = as_tools(req.tools)
         with _model_errors("tool_choice"):
             check_tool_choice(req.tool_choice, tools)
-        parallel = bool(req.parallel_tool_calls)
         with _model_errors("response_format"):
             json_mode = check_response_format(req.response_format) is not None
         if req.top_logprobs and not req.logprobs:
@@ -442,7 +441,7 @@ def make_app(model) -> FastAPI:
         with _model_errors():
             results = chat_model.chat(
                 messages, tools=tools or None, tool_choice=req.tool_choice,
-                parallel_tool_calls=parallel if tools else False,
+                parallel_tool_calls=bool(tools) and bool(req.parallel_tool_calls),
                 response_format=req.response_format if json_mode else None,
                 temperature=temperature, top_p=top_p, max_tokens=max_tokens, stop=req.stop,
                 seed=req.seed, n=req.n or 1, logprobs=bool(req.logprobs),

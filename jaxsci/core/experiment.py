@@ -417,6 +417,7 @@ def provenance() -> dict[str, Any]:
     import jaxlib
 
     import jaxsci
+    from jaxsci.core import cpu_lapack
 
     devs = jax.devices()
     return {
@@ -429,6 +430,9 @@ def provenance() -> dict[str, Any]:
         "device_count": len(devs),
         "backend": jax.default_backend(),
         "x64": bool(jax.config.jax_enable_x64),
+        # Batched CPU LAPACK calls lowered as loops (jaxsci/core/cpu_lapack.py): timings
+        # of batched linear algebra differ with and without it.
+        "cpu_lapack_guard": bool(cpu_lapack.installed()),
         "git_commit": _git_commit(),
     }
 

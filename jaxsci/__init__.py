@@ -4,6 +4,6 @@ __version__ = "0.1.0"
 
 # jaxlib 0.10's batched CPU LAPACK calls can deadlock XLA's thread pool; see
 # jaxsci/core/cpu_lapack.py for what this does and how to turn it off.
-from jaxsci.core import cpu_lapack as _cpu_lapack  # noqa: E402
+from jaxsci.core import cpu_lapack  # noqa: E402
 
-_cpu_lapack.install()
+cpu_lapack.install()

@@ -56,7 +56,7 @@ _installed: list[str] = []
 def affected(version: tuple[int, ...] | None = None) -> bool:
     """Whether this jaxlib (or ``version``) has the batched-LAPACK deadlock."""
     if version is None:
-        from jax._src.lib import version as version  # (major, minor, patch)
+        from jax._src.lib import version  # (major, minor, patch)
     lo, hi = _AFFECTED
     return lo <= tuple(version[:2]) < hi
 

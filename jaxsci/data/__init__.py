@@ -5,4 +5,5 @@
 * :mod:`jaxsci.data.corpora` -- synthetic text corpora for the language models.
 * :mod:`jaxsci.data.hubs` -- Gaussian graphical models of K populations with common and
   individual hubs.
+* :mod:`jaxsci.data.recsys` -- implicit-feedback recommender data with planted structure.
 """

@@ -39,7 +39,7 @@ _ENTRIES = [
     Entry("attribution", "Accountability attribution of training stages", "llm"),
     Entry("isotropy", "Semantic isotropy of response embeddings as a trust signal", "llm"),
     Entry("rsir", "Recursive self-improving recommendation", "recsys"),
-    Entry("ntssm", "NT-SSM: type-aware neighbour-pair contrastive loss for graph CF", "recsys"),
+    Entry("ntssm", "NT-SSM: type-aware neighbour-pair contrastive loss for graph CF", "recsys", "implemented"),
     Entry("venomrec", "Cross-modal poisoning of multimodal recommenders (robustness evaluation)", "recsys"),
     Entry("ggm", "JIC-HD: common hub detection across Gaussian graphical models", "stats", "implemented"),
     Entry("qenn", "Quantum-evidence complex-valued network for OOD detection", "generative"),

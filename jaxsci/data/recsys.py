@@ -17,6 +17,11 @@ The returned :class:`Interactions` carries the true ``P(i | u)`` (the *oracle* s
 no learned model can rank held-out items better on average, a ceiling to read results
 against) and the training popularity (the *floor*: a popularity ranking).
 
+:func:`clustered_sequences` -- item sequences in time order (sequential recommenders:
+rsir): clustered items with Zipf popularity and fixed in-cluster successors, users with
+Dirichlet cluster preferences, a leave-one-out split, and the true next-item probability
+as the oracle.
+
 All generators here are NumPy, seeded by a JAX key (same key, same data).
 
 >>> import jax
@@ -37,7 +42,8 @@ import numpy as np
 from jaxsci.core.validation import check_int, check_scalar
 from jaxsci.data.corpora import rng_from_key
 
-__all__ = ["Interactions", "community_interactions", "pad_lists"]
+__all__ = ["Interactions", "Sequences", "clustered_sequences", "community_interactions",
+           "pad_lists"]
 
 
 def pad_lists(lists: Sequence[Sequence[int]], width: int | None = None) -> np.ndarray:
@@ -137,3 +143,111 @@ def community_interactions(
     pop = np.bincount(items, minlength=n_items).astype(np.float32)
     return Interactions(n_users, n_items, users, items, pad_lists(train), pad_lists(test),
                         pop, prob.astype(np.float32), community.astype(np.int32))
+
+
+@dataclasses.dataclass(frozen=True)
+class Sequences:
+    """Users' item sequences in time order, split leave-one-out (NumPy arrays).
+
+    Attributes:
+      n_items: catalogue size (item ids ``0..n_items-1``).
+      train: ``(n_users, L)`` each user's sequence without its last item, left-aligned,
+        padded with ``-1``.
+      lengths: ``(n_users,)`` lengths of the ``train`` rows.
+      test: ``(n_users,)`` the held-out last item of each user.
+      oracle: ``(n_users, n_items)`` the true probability of the held-out step given the
+        user's training sequence (ceiling scores), or None.
+      transition: ``(n_items,)`` each item's fixed in-cluster successor, or None.
+    """
+
+    n_items: int
+    train: np.ndarray
+    lengths: np.ndarray
+    test: np.ndarray
+    oracle: np.ndarray | None = None
+    transition: np.ndarray | None = None
+
+    @property
+    def n_users(self) -> int:
+        return int(self.train.shape[0])
+
+    @property
+    def n_interactions(self) -> int:
+        return int(self.lengths.sum() + self.n_users)
+
+
+def clustered_sequences(
+    key: jax.Array,
+    *,
+    n_users: int = 500,
+    n_items: int = 300,
+    n_clusters: int = 10,
+    min_length: int = 8,
+    max_length: int = 30,
+    zipf: float = 0.8,
+    concentration: float = 0.3,
+    successor_prob: float = 0.5,
+) -> Sequences:
+    """Sequences with clusters, Zipf popularity and fixed in-cluster successors.
+
+    Items are split into ``n_clusters`` clusters; within a cluster, popularity is Zipf
+    (``rank^{-zipf}``) and each item has one fixed *successor* in its cluster. User ``u``
+    has cluster preferences ``theta_u ~ Dirichlet(concentration * 1)`` and a length
+    ``U[min_length, max_length]``; the first item is drawn from
+    ``p_u(i) = theta_u[c_i] * zipf_{c_i}(i)``, and each next item is the current item's
+    successor with probability ``successor_prob``, else a draw from ``p_u``; items the
+    user already has are never repeated (the draw is renormalised over new items). The
+    last item is held out (leave-one-out).
+
+    ``oracle[u]`` is the true probability of the held-out step given the training
+    sequence (the successor term of the last training item plus ``p_u``, history
+    excluded): ranking by it attains the best Recall@k any model can on average.
+    """
+    check_int("n_users", n_users, min=2)
+    check_int("n_clusters", n_clusters, min=1)
+    check_int("n_items", n_items, min=2 * n_clusters)
+    check_int("min_length", min_length, min=3)
+    check_int("max_length", max_length, min=min_length)
+    if max_length >= n_items:
+        raise ValueError(f"max_length must be < n_items ({n_items}), got {max_length}")
+    check_scalar("zipf", zipf, ge=0.0)
+    check_scalar("concentration", concentration, gt=0.0)
+    check_scalar("successor_prob", successor_prob, ge=0.0, le=1.0)
+    rng = rng_from_key(key)
+    cluster = rng.permutation(np.arange(n_items) % n_clusters)
+    pop = np.empty(n_items)
+    succ = np.empty(n_items, np.int64)
+    for c in range(n_clusters):
+        members = np.flatnonzero(cluster == c)
+        pop[members] = (1.0 + rng.permutation(len(members))) ** -float(zipf)
+        pop[members] /= pop[members].sum()
+        order = rng.permutation(members)  # a random cycle through the cluster
+        succ[order] = np.roll(order, -1)
+    theta = rng.dirichlet(np.full(n_clusters, float(concentration)), n_users)
+    lengths = rng.integers(min_length, max_length + 1, n_users)
+    train, test, oracle = [], [], np.zeros((n_users, n_items), np.float32)
+    for u in range(n_users):
+        p_u = theta[u, cluster] * pop
+        seen = np.zeros(n_items, bool)
+        seq = []
+        for t in range(lengths[u]):
+            if t > 0 and not seen[succ[seq[-1]]] and rng.random() < successor_prob:
+                nxt = int(succ[seq[-1]])
+            else:
+                q = np.where(seen, 0.0, p_u)
+                nxt = int(rng.choice(n_items, p=q / q.sum()))
+            seq.append(nxt)
+            seen[nxt] = True
+        seen_train = np.zeros(n_items, bool)
+        seen_train[seq[:-1]] = True
+        q = np.where(seen_train, 0.0, p_u)
+        q = q / q.sum()
+        s = int(succ[seq[-2]])
+        if not seen_train[s]:
+            q = (1.0 - successor_prob) * q
+            q[s] += successor_prob
+        oracle[u] = q
+        train.append(seq[:-1])
+        test.append(seq[-1])
+    return Sequences(n_items, pad_lists(train), (lengths - 1).astype(np.int32),
+                     np.asarray(test, np.int32), oracle, succ.astype(np.int32))

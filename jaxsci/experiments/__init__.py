@@ -38,7 +38,7 @@ _ENTRIES = [
     Entry("misalignment", "In-training safeguards against emergent misalignment", "llm"),
     Entry("attribution", "Accountability attribution of training stages", "llm"),
     Entry("isotropy", "Semantic isotropy of response embeddings as a trust signal", "llm"),
-    Entry("rsir", "Recursive self-improving recommendation", "recsys"),
+    Entry("rsir", "Recursive self-improving recommendation", "recsys", "implemented"),
     Entry("ntssm", "NT-SSM: type-aware neighbour-pair contrastive loss for graph CF", "recsys", "implemented"),
     Entry("venomrec", "Cross-modal poisoning of multimodal recommenders (robustness evaluation)", "recsys"),
     Entry("ggm", "JIC-HD: common hub detection across Gaussian graphical models", "stats", "implemented"),

@@ -30,4 +30,7 @@ CASES = [
          lambda: {"model": MODEL, "seqs": SEQS, "key": jax.random.key(1), "n_negatives": 4,
                   "dropout_key": jax.random.key(2)},
          vmap=("key",), key="key"),
+    Case("rsir.user_scores", R.user_scores,
+         lambda: {"model": MODEL, "seqs": SEQS, "lengths": LENS},
+         vmap=("seqs", "lengths")),
 ]

@@ -22,6 +22,10 @@ rsir): clustered items with Zipf popularity and fixed in-cluster successors, use
 Dirichlet cluster preferences, a leave-one-out split, and the true next-item probability
 as the oracle.
 
+:func:`multimodal_items` -- synthetic item content for multimodal recommenders (venomrec):
+vector "image patches" and token "text" carrying each item's cluster and a popularity
+style, with a share of items whose two modalities disagree.
+
 All generators here are NumPy, seeded by a JAX key (same key, same data).
 
 >>> import jax
@@ -158,6 +162,7 @@ class Sequences:
       oracle: ``(n_users, n_items)`` the true probability of the held-out step given the
         user's training sequence (ceiling scores), or None.
       transition: ``(n_items,)`` each item's fixed in-cluster successor, or None.
+      cluster: ``(n_items,)`` each item's cluster, or None.
     """
 
     n_items: int
@@ -166,6 +171,7 @@ class Sequences:
     test: np.ndarray
     oracle: np.ndarray | None = None
     transition: np.ndarray | None = None
+    cluster: np.ndarray | None = None
 
     @property
     def n_users(self) -> int:
@@ -250,4 +256,122 @@ def clustered_sequences(
         train.append(seq[:-1])
         test.append(seq[-1])
     return Sequences(n_items, pad_lists(train), (lengths - 1).astype(np.int32),
-                     np.asarray(test, np.int32), oracle, succ.astype(np.int32))
+                     np.asarray(test, np.int32), oracle, succ.astype(np.int32),
+                     cluster.astype(np.int32))
+
+
+@dataclasses.dataclass(frozen=True)
+class MultimodalItems:
+    """Synthetic item content: vector "image patches" and token "text" (NumPy arrays).
+
+    No pixels, no words, no pretrained encoder: a planted structure a toy multimodal
+    recommender can learn (:func:`multimodal_items`).
+
+    Attributes:
+      patches: ``(n_items, n_patches, patch_dim)`` float32 image patch vectors.
+      tokens: ``(n_items, n_tokens)`` int32 token ids in ``[0, vocab)``.
+      image_cluster: ``(n_items,)`` the cluster the image was drawn from.
+      text_cluster: ``(n_items,)`` the cluster the text was drawn from (differs from
+        ``image_cluster`` on the mismatched items).
+      style: ``(n_items,)`` the popularity style ``z_i`` in ``[0, 1]`` (the item's
+        training-popularity quantile).
+      vocab: vocabulary size.
+      style_tokens: ids of the tokens whose use rises with popularity.
+    """
+
+    patches: np.ndarray
+    tokens: np.ndarray
+    image_cluster: np.ndarray
+    text_cluster: np.ndarray
+    style: np.ndarray
+    vocab: int
+    style_tokens: np.ndarray
+
+    @property
+    def n_items(self) -> int:
+        return int(self.patches.shape[0])
+
+
+def multimodal_items(
+    key: jax.Array,
+    cluster,
+    popularity,
+    *,
+    n_patches: int = 16,
+    patch_dim: int = 16,
+    n_tokens: int = 20,
+    vocab: int = 200,
+    n_style_tokens: int = 10,
+    feature_scale: float = 0.1,
+    informative_share: float = 0.5,
+    keyword_share: float = 0.6,
+    style_strength: float = 1.0,
+    mismatch_rate: float = 0.2,
+) -> MultimodalItems:
+    """Image patches and text tokens that carry an item's cluster and a popularity style.
+
+    Every cluster ``c`` has an image prototype ``mu_c ~ N(0, feature_scale^2 I)`` and a
+    disjoint set of keywords; one direction ``s`` (norm ``feature_scale``) and
+    ``n_style_tokens`` tokens carry *popularity style*: item ``i`` with popularity
+    quantile ``z_i`` (0 the least, 1 the most popular in ``popularity``) gets
+
+    * patches: a random ``informative_share`` of its positions are
+      ``mu_{c_i} + style_strength z_i s + noise`` (noise std ``0.3 feature_scale``), the
+      rest background noise (std ``feature_scale``);
+    * tokens: each token is a keyword of ``c_i`` with probability ``keyword_share``, else
+      a style token with probability ``style_strength z_i / 2``, else a common token.
+
+    A random ``mismatch_rate`` of the items draw one modality (image or text, at random)
+    from another cluster: the modalities disagree there, which a consensus gate can
+    learn to discount. Popular items look alike (the style), which is what an exposure-
+    alignment attack exploits.
+    """
+    cluster = np.asarray(cluster)
+    popularity = np.asarray(popularity, np.float64)
+    if cluster.ndim != 1 or not np.issubdtype(cluster.dtype, np.integer) or cluster.min() < 0:
+        raise ValueError("cluster must be (n_items,) non-negative integers")
+    if popularity.shape != cluster.shape:
+        raise ValueError(f"popularity must have the shape of cluster {cluster.shape}, got "
+                         f"{popularity.shape}")
+    for name, v in (("n_patches", n_patches), ("patch_dim", patch_dim),
+                    ("n_tokens", n_tokens), ("n_style_tokens", n_style_tokens)):
+        check_int(name, v, min=1)
+    n_items, n_clusters = cluster.shape[0], int(cluster.max()) + 1
+    n_kw = (vocab - n_style_tokens) // (n_clusters + 1)
+    if n_kw < 1:
+        raise ValueError(f"vocab must be >= n_style_tokens + n_clusters + 1 "
+                         f"({n_style_tokens + n_clusters + 1}), got {vocab}")
+    check_scalar("feature_scale", feature_scale, gt=0.0)
+    for name, v in (("informative_share", informative_share), ("keyword_share", keyword_share),
+                    ("mismatch_rate", mismatch_rate)):
+        check_scalar(name, v, ge=0.0, le=1.0)
+    check_scalar("style_strength", style_strength, ge=0.0, le=2.0)
+    rng = rng_from_key(key)
+    z = np.argsort(np.argsort(popularity + 1e-9 * rng.random(n_items))) / max(n_items - 1, 1)
+    img_c, txt_c = cluster.copy(), cluster.copy()
+    if n_clusters > 1:
+        mism = rng.random(n_items) < mismatch_rate
+        other = (cluster + rng.integers(1, n_clusters, n_items)) % n_clusters
+        which = rng.random(n_items) < 0.5
+        img_c = np.where(mism & which, other, img_c)
+        txt_c = np.where(mism & ~which, other, txt_c)
+    mu = rng.normal(0.0, feature_scale, (n_clusters, patch_dim))
+    s = rng.normal(size=patch_dim)
+    s *= feature_scale / np.linalg.norm(s)
+    n_inf = int(round(informative_share * n_patches))
+    patches = rng.normal(0.0, feature_scale, (n_items, n_patches, patch_dim))
+    for i in range(n_items):
+        pos = rng.choice(n_patches, n_inf, replace=False)
+        patches[i, pos] = (mu[img_c[i]] + style_strength * z[i] * s
+                           + rng.normal(0.0, 0.3 * feature_scale, (n_inf, patch_dim)))
+    style_tokens = np.arange(n_style_tokens)
+    common = np.arange(n_style_tokens + n_clusters * n_kw, vocab)
+    u = rng.random((n_items, n_tokens))
+    kw = n_style_tokens + txt_c[:, None] * n_kw + rng.integers(0, n_kw, (n_items, n_tokens))
+    st = rng.integers(0, n_style_tokens, (n_items, n_tokens))
+    cm = rng.choice(common, (n_items, n_tokens))
+    p_style = keyword_share + (1 - keyword_share) * style_strength * z[:, None] / 2
+    tokens = np.where(u < keyword_share, kw, np.where(u < p_style, st, cm))
+    return MultimodalItems(patches.astype(np.float32), tokens.astype(np.int32),
+                           img_c.astype(np.int32), txt_c.astype(np.int32),
+                           z.astype(np.float32), int(vocab), style_tokens.astype(np.int32))

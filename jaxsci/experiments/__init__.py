@@ -40,7 +40,7 @@ _ENTRIES = [
     Entry("isotropy", "Semantic isotropy of response embeddings as a trust signal", "llm"),
     Entry("rsir", "Recursive self-improving recommendation", "recsys", "implemented"),
     Entry("ntssm", "NT-SSM: type-aware neighbour-pair contrastive loss for graph CF", "recsys", "implemented"),
-    Entry("venomrec", "Cross-modal poisoning of multimodal recommenders (robustness evaluation)", "recsys"),
+    Entry("venomrec", "Cross-modal poisoning of multimodal recommenders (robustness evaluation)", "recsys", "implemented"),
     Entry("ggm", "JIC-HD: common hub detection across Gaussian graphical models", "stats", "implemented"),
     Entry("qenn", "Quantum-evidence complex-valued network for OOD detection", "generative"),
     Entry("auctions", "Model refinement vs platform metrics for autobidders", "stats", "implemented"),

@@ -75,6 +75,9 @@ class VenomRecExperimentConfig:
     k: int = 20
     n_candidates: int = 100
     k_utility: int = 10
+    # members fine-tuned at once (lax.map over chunks): 4 ran 1.5x a whole-grid vmap on
+    # 2 CPU cores (scripts/bench/venomrec.py); None: the whole grid at once (accelerators)
+    member_batch: int | None = 4
 
     def __post_init__(self):
         for name in ("n_users", "n_items", "n_clusters", "n_targets", "k", "k_utility"):
@@ -106,7 +109,7 @@ CONFIGS = {
     # of thousands of items, MLLM victims: out of reach here).
     "full": VenomRecExperimentConfig(
         n_users=3000, n_items=1500, n_clusters=20, max_length=30, n_targets=24,
-        victim=V.VictimConfig(dim=64, steps=4000, finetune_steps=600)),
+        victim=V.VictimConfig(dim=64, steps=4000, finetune_steps=600), member_batch=None),
 }
 
 
@@ -227,7 +230,8 @@ def run(config: VenomRecExperimentConfig, ctx: Context) -> dict:
                                        np.asarray(P[targets]), np.asarray(T[targets]), ft_keys)
             out = V.poison_and_evaluate(model, P, T, train, lengths, test, members,
                                         jax.random.fold_in(ctx.key, 7), vc, k=c.k,
-                                        n_candidates=c.n_candidates, k_utility=c.k_utility)
+                                        n_candidates=c.n_candidates, k_utility=c.k_utility,
+                                        member_batch=c.member_batch)
             return {**{k: np.asarray(v) for k, v in out.items()},
                     **{f"cos_{mode}": cos[mode] for mode in V.MODES},
                     "label_arm": np.asarray([a for a, _, _ in labels]),

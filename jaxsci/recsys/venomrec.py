@@ -43,14 +43,18 @@ the target's text.
    ``x_p <- Pi_eps(x_p + step (x*_p - x_p))``, ``Pi_eps`` the projection onto the
    L-infinity ball of radius ``eps`` (0.05) around the original patches;
 2. token saliency ``s_t = 1 - cos(e_t, sum_p A_{t,p} v_p)`` (disagreement with the image
-   context); the most salient not-yet-replaced tokens take the next pool keywords,
-   ``ceil(n_text / rounds)`` per round, ``n_text = max(min_tokens, ceil(text_ratio T))``
-   (20 %, at least 2) in all;
-3. stop when ``cos(h_target, h*) >= stop_cos`` (0.92).
+   context); the ``max(min_tokens, floor(text_ratio T))`` (20 %, at least 2: per round,
+   as the authors' code) most salient not-yet-replaced tokens take the next pool
+   keywords;
+3. stop when ``cos(h_target, h*) >= stop_cos`` (0.92). The authors test the cosine of
+   the edited image feature to the popular centre; ours reads the fused content, what
+   the victim ranks by (with ``eps = 0.05`` neither reaches 0.92 here).
 
-``interactive`` recomputes both masks every round on the *edited* other modality (the
-text mask after the image edit of the same round); ``decoupled`` keeps the masks of the
-unedited item; ``image`` and ``text`` edit one modality. The attacker scores with the
+Both variants recompute the patch mask every round (the authors' default). ``interactive``
+takes the text mask after the round's image edit, on the edited image; ``decoupled``
+takes it before (the authors' ``cross_mode``); ``image`` and ``text`` edit one
+modality. The variant is a traced id (:func:`mode_index`), so one compiled program runs
+them all. The attacker scores with the
 clean victim (white box, our choice: the paper's surrogate is left open here). Fake users
 (:func:`fake_users`) are length-10 sequences with the target third from the end and
 fillers drawn by popularity (``popular``) or uniformly (``random``), ``mr * n_users`` of
@@ -296,7 +300,12 @@ def train_victim(key: jax.Array, model: FusionRecommender, patches, tokens, seqs
 
 @dataclasses.dataclass(frozen=True)
 class AttackConfig:
-    """The attack's settings; defaults are the authors' (``step`` is our choice)."""
+    """The attack's settings; defaults are the authors' runner's (``step`` is our choice).
+
+    ``text_ratio`` and ``min_tokens`` are per round, as in the authors' code (at most
+    ``text_ratio`` of the tokens and at least ``min_tokens`` replaced each round);
+    ``pool_size`` is their competition-pool size (8).
+    """
 
     mode: str = "interactive"
     rounds: int = 4
@@ -307,7 +316,7 @@ class AttackConfig:
     min_tokens: int = 2
     stop_cos: float = 0.92
     n_popular: int = 20
-    pool_size: int = 5
+    pool_size: int = 8
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -322,8 +331,13 @@ class AttackConfig:
         check_scalar("step", self.step, gt=0.0, le=1.0)
         check_scalar("stop_cos", self.stop_cos, ge=-1.0, le=1.0)
 
+    def tokens_per_round(self, n_tokens: int) -> int:
+        """Tokens replaced per round: ``max(min_tokens, floor(text_ratio T))``, at most T."""
+        return min(n_tokens, max(self.min_tokens, int(self.text_ratio * n_tokens)))
+
     def n_text(self, n_tokens: int) -> int:
-        return min(n_tokens, max(self.min_tokens, math.ceil(self.text_ratio * n_tokens)))
+        """Keywords needed for every round (at most ``T``)."""
+        return min(n_tokens, self.rounds * self.tokens_per_round(n_tokens))
 
 
 class Alignment(NamedTuple):
@@ -406,31 +420,31 @@ def perturb(model: FusionRecommender, patches: Float[Array, "p dp"], tokens: Int
     n_p, n_t = patches.shape[0], tokens.shape[0]
     k_p = max(1, math.ceil(config.patch_ratio * n_p))
     n_text = config.n_text(n_t)
-    k_t = math.ceil(n_text / config.rounds) if n_text else 0
+    k_t = config.tokens_per_round(n_t)
     do_img = mode != MODES.index("text")
     do_txt = mode != MODES.index("image")
     fresh = mode == MODES.index("interactive")
     x0 = patches
     centre_v = model.patch(alignment.centre_patches)
-    sal_p0 = _patch_saliency(model, x0, tokens, centre_v)
-    sal_t0 = _token_saliency(model, x0, tokens)
     kw = jnp.concatenate([alignment.keywords,
                           jnp.zeros((config.rounds * k_t,), alignment.keywords.dtype)])
 
     def one_round(carry, _):
         x, tok, replaced, used, done = carry
-        # decoupled keeps the masks of the unedited item; interactive recomputes both on
-        # the current item, the text mask after this round's image edit
-        sal = jnp.where(fresh, _patch_saliency(model, x, tok, centre_v), sal_p0)
+        # both variants recompute the patch mask every round (the authors' default);
+        # decoupled takes the text mask before this round's image edit, interactive
+        # after it, on the edited image
+        sal_t_before = _token_saliency(model, x, tok)
+        sal = _patch_saliency(model, x, tok, centre_v)
         mask = jnp.zeros(n_p, bool).at[jax.lax.top_k(sal, k_p)[1]].set(True)
         moved = x + config.step * (alignment.centre_patches - x)
         moved = x0 + jnp.clip(moved - x0, -eps, eps)
         x = jnp.where(mask[:, None] & ~done & do_img, moved, x)
         if k_t > 0:
-            sal = jnp.where(fresh, _token_saliency(model, x, tok), sal_t0)
+            sal = jnp.where(fresh, _token_saliency(model, x, tok), sal_t_before)
             sal = jnp.where(replaced, -jnp.inf, sal)
             slots = jax.lax.top_k(sal, k_t)[1]
-            ok = (used + jnp.arange(k_t) < n_text) & ~done & do_txt
+            ok = (used + jnp.arange(k_t) < n_text) & ~done & do_txt & ~replaced[slots]
             new = jax.lax.dynamic_slice(kw, (used,), (k_t,))
             tok = tok.at[slots].set(jnp.where(ok, new, tok[slots]))
             replaced = replaced.at[slots].set(replaced[slots] | ok)

@@ -86,6 +86,7 @@ def test_each_variant_edits_what_it_should_within_budget(catalogue, gated, mode)
     moved = np.any(x != x0, axis=1)
     changed = t != t0
     n_text = c.n_text(len(t0))
+    assert c.tokens_per_round(len(t0)) == 2  # max(2, floor(0.2 * 10))
     if mode == "text":
         assert not moved.any()
     else:
@@ -102,7 +103,7 @@ def test_the_stop_rule_ends_editing_after_the_first_round_that_reaches_it(catalo
     items, pop = catalogue
     c, _, x0, t0, x, t, cos = _perturb(gated, items, pop, stop_cos=-1.0)
     k_p = int(np.ceil(c.patch_ratio * len(x0)))
-    k_t = int(np.ceil(c.n_text(len(t0)) / c.rounds))
+    k_t = c.tokens_per_round(len(t0))
     assert np.any(x != x0, axis=1).sum() <= k_p and (t != t0).sum() <= k_t
     np.testing.assert_allclose(cos, cos[0])  # nothing changes after round 1
 

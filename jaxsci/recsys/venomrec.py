@@ -69,6 +69,13 @@ users from their final user states: *spectral signatures*
 (:func:`spectral_signature_scores`: squared projection on the top principal direction,
 by power iteration) and *activation clustering* (:func:`activation_clustering_scores`:
 two-means, the smaller cluster suspect), each scored by AUC (:func:`detection_auc`).
+
+>>> import jax.numpy as jnp
+>>> from flax import nnx
+>>> from jaxsci.recsys import venomrec
+>>> victim = venomrec.FusionRecommender(5, 10, 3, dim=4, fusion="gated", rngs=nnx.Rngs(0))
+>>> venomrec.item_table(victim, jnp.ones((5, 2, 3)), jnp.zeros((5, 4), int)).shape
+(5, 4)
 """
 
 from __future__ import annotations
@@ -91,9 +98,10 @@ from jaxsci.core.validation import check_int, check_scalar
 
 __all__ = [
     "FUSIONS", "MODES", "FusionRecommender", "VictimConfig", "init_victim", "train_params",
-    "train_victim", "item_table", "user_states", "sequence_loss", "AttackConfig",
-    "Alignment", "exposure_alignment", "mode_index", "perturb", "fake_users", "sample_candidates",
-    "candidate_scores", "spectral_signature_scores", "activation_clustering_scores",
+    "train_victim", "Content", "content", "item_table", "user_states", "last_states",
+    "candidate_scores", "sequence_loss", "AttackConfig",
+    "Alignment", "exposure_alignment", "mode_index", "perturb", "fake_users",
+    "sample_candidates", "spectral_signature_scores", "activation_clustering_scores",
     "detection_auc", "poison_items", "Poisoned", "pad_fake", "poison_and_evaluate",
 ]
 

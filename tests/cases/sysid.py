@@ -39,10 +39,8 @@ def _ls_kwargs():
 
 def _l2_kwargs():
     phi, y = _data()
-    # tol 1e-9: iterate to float32's floor (~20 IRLS steps). At 1e-6 the stop lands on a
-    # flat stretch of the objective: batched and looped runs, whose matmuls round
-    # differently, stopped one step apart with theta 0.3% apart (objectives 7e-7 apart).
-    return {"phi": phi, "y": y, "tol": jnp.asarray(1e-9), "ridge": jnp.asarray(0.0)}
+    # tol 1e-4: float32's default certified duality gap (its rounding floor is ~1e-5).
+    return {"phi": phi, "y": y, "tol": jnp.asarray(1e-4), "ridge": jnp.asarray(0.0)}
 
 
 def _objective_kwargs():

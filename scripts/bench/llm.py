@@ -66,17 +66,18 @@ Peer environments (any Python 3.11 virtual environment; these are the defaults l
 for)::
 
     python3.11 -m venv /tmp/bench_llm/llamacpp
-    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
-      -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=ON -DGGML_AVX512=ON \
-      -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON" \
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON ..." \
       /tmp/bench_llm/llamacpp/bin/pip install llama-cpp-python==0.3.36
     python3.11 -m venv /tmp/bench_llm/hf
     /tmp/bench_llm/hf/bin/pip install torch==2.13.0 transformers accelerate gguf
 
-(``--help`` prints them too.) The CPU features are spelled out rather than
-``-DGGML_NATIVE=ON``: on this project's machine that also compiles llama.cpp's AMX
-kernels (the CPU reports AMX), and their first tile instruction (``ldtilecfg`` in
-``ggml_backend_amx_mul_mat``) kills the process with SIGSEGV in its virtual machine.
+(``--help`` prints them with this machine's CPU features filled in.) The CPU features
+are read from ``/proc/cpuinfo`` and spelled out rather than ``-DGGML_NATIVE=ON``: on an
+earlier machine of this project (an Intel CPU reporting AMX) native builds also compiled
+llama.cpp's AMX kernels, whose first tile instruction (``ldtilecfg`` in
+``ggml_backend_amx_mul_mat``) killed the process with SIGSEGV in its virtual machine;
+and a fixed list fails the other way: built with ``-DGGML_AVX_VNNI=ON`` on an AMD EPYC
+without AVX-VNNI (it has AVX512-VNNI), llama.cpp died with SIGILL on its first call.
 ``llama-cpp-python`` builds llama.cpp from source: 18-27 min on the two cores while a CI
 run had them. Pin ``torch==2.13.0``: it is the CPU wheel on this machine's disk; a plain
 ``torch`` pulls a multi-GB CUDA build.
@@ -107,11 +108,27 @@ DEFAULT_ENVS = {
     "llama_cpp": "/tmp/bench_llm/llamacpp/bin/python",
     "transformers": "/tmp/bench_llm/hf/bin/python",
 }
-# CPU features spelled out rather than -DGGML_NATIVE=ON (see the module docstring: AMX).
+# llama.cpp's CMake option for each /proc/cpuinfo flag (AMX left out on purpose: see the
+# module docstring).
+_GGML_FEATURES = {"avx": "AVX", "avx2": "AVX2", "fma": "FMA", "f16c": "F16C", "bmi2": "BMI2",
+                  "avx_vnni": "AVX_VNNI", "avx512f": "AVX512", "avx512vbmi": "AVX512_VBMI",
+                  "avx512_vnni": "AVX512_VNNI", "avx512_bf16": "AVX512_BF16"}
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+# This machine's CPU features spelled out rather than -DGGML_NATIVE=ON.
 LLAMA_CMAKE_ARGS = " ".join(
-    ["-DGGML_NATIVE=OFF"] + [f"-DGGML_{f}=ON" for f in (
-        "AVX", "AVX2", "FMA", "F16C", "BMI2", "AVX_VNNI", "AVX512", "AVX512_VBMI",
-        "AVX512_VNNI", "AVX512_BF16")])
+    ["-DGGML_NATIVE=OFF"] + [f"-DGGML_{opt}=ON" for flag, opt in _GGML_FEATURES.items()
+                             if flag in _cpu_flags()])
 SETUP = {
     "llama_cpp": ("python3.11 -m venv /tmp/bench_llm/llamacpp\n"
                   f"    CMAKE_ARGS=\"{LLAMA_CMAKE_ARGS}\" \\\n"

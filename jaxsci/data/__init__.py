@@ -6,4 +6,6 @@
 * :mod:`jaxsci.data.hubs` -- Gaussian graphical models of K populations with common and
   individual hubs.
 * :mod:`jaxsci.data.recsys` -- implicit-feedback recommender data with planted structure.
+* :mod:`jaxsci.data.vision` -- complex-valued image data (FFT digits, SAR-like chips)
+  with in-/out-of-distribution class splits.
 """

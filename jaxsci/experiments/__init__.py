@@ -42,7 +42,7 @@ _ENTRIES = [
     Entry("ntssm", "NT-SSM: type-aware neighbour-pair contrastive loss for graph CF", "recsys", "implemented"),
     Entry("venomrec", "Cross-modal poisoning of multimodal recommenders (robustness evaluation)", "recsys", "implemented"),
     Entry("ggm", "JIC-HD: common hub detection across Gaussian graphical models", "stats", "implemented"),
-    Entry("qenn", "Quantum-evidence complex-valued network for OOD detection", "generative"),
+    Entry("qenn", "Quantum-evidence complex-valued network for OOD detection", "generative", "implemented"),
     Entry("auctions", "Model refinement vs platform metrics for autobidders", "stats", "implemented"),
     Entry("ffcc", "Fast activation approximations by float reinterpretation", "numerics", "implemented"),
     Entry("lagrangian", "Learning Lagrangian relaxation multipliers", "stats", "implemented"),

@@ -225,6 +225,39 @@ def test_local_stream_equals_chat(engine, local):
     assert (deltas[-1].finish_reason, deltas[-1].usage) == (want.finish_reason, want.usage)
 
 
+def test_local_stream_logprobs_equal_chat_logprobs(local):
+    # Greedy and sampled: the pieces' tokens are the reply's, with the log-probabilities
+    # chat's extra forward pass gives (computed here in the decoding step itself).
+    for kw in (dict(), dict(temperature=1.0, seed=3)):
+        (want,) = local.chat(USER, max_tokens=8, logprobs=True, top_logprobs=2, **kw)
+        deltas = list(local.stream(USER, max_tokens=8, logprobs=True, top_logprobs=2, **kw))
+        got = [t for d in deltas for t in d.logprobs]
+        assert "".join(d.content for d in deltas) == want.content
+        assert [t.token for t in got] == [t.token for t in want.logprobs]
+        np.testing.assert_allclose([t.logprob for t in got],
+                                   [t.logprob for t in want.logprobs], atol=1e-4)
+        for a, b in zip(got, want.logprobs, strict=True):
+            assert len(a.top_logprobs) == 2
+            assert [x.token for x in a.top_logprobs] == [x.token for x in b.top_logprobs]
+    # Without logprobs the pieces carry none, and the picks are the same.
+    plain = list(local.stream(USER, max_tokens=8))
+    assert all(d.logprobs is None for d in plain)
+    assert "".join(d.content for d in plain) == local.chat(USER, max_tokens=8)[0].content
+
+
+def test_engine_stream_logprobs_are_the_step_distribution(engine):
+    deltas = list(engine.stream(engine.tokenizer.encode("ab"), 4, top_logprobs=3))
+    for d in deltas:
+        assert d.logprob is not None and d.logprob <= 0.0 and len(d.top) == 3
+        assert d.top[0][1] >= d.top[1][1] >= d.top[2][1]
+        assert d.logprob <= d.top[0][1] + 1e-6
+    # greedy: the picked token is the most likely one
+    assert all(d.token == d.top[0][0] for d in deltas)
+    assert all(d.logprob is None and d.top == () for d in engine.stream("ab", 2))
+    with pytest.raises(ValueError, match="top_logprobs must be <= 20"):
+        engine.stream("ab", 2, top_logprobs=21)
+
+
 def test_stream_arguments_are_checked_at_the_call(engine, local):
     with pytest.raises(ValueError, match="exceeds the model's context of 256 tokens"):
         local.stream(USER, max_tokens=250)

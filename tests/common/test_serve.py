@@ -145,6 +145,34 @@ def test_streamed_chunks_concatenate_to_the_reply(client):
             [t.token for t in choice.logprobs.content]
 
 
+def test_logprobs_stream_token_by_token_with_their_values(client, server, monkeypatch):
+    # A chat request with logprobs now takes the incremental path (the engine's step
+    # function runs once per token) and its chunks carry the non-streamed reply's tokens.
+    from jaxsci.common.lm import engine as E
+
+    steps = []
+    real_step = E._step_pick
+
+    def counted(*args, **kwargs):
+        steps.append(kwargs.get("top_k"))
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(E, "_step_pick", counted)
+    kw = dict(model="tiny", messages=USER, max_tokens=8, temperature=0, logprobs=True,
+              top_logprobs=2)
+    whole = client.chat.completions.create(**kw).choices[0]
+    chunks = list(client.chat.completions.create(**kw, stream=True))
+    assert steps and set(steps) == {2}  # the stepper, with the log-probabilities
+    got = [t for c in chunks if c.choices and c.choices[0].logprobs
+           for t in c.choices[0].logprobs.content]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == \
+        whole.message.content
+    assert [t.token for t in got] == [t.token for t in whole.logprobs.content]
+    np.testing.assert_allclose([t.logprob for t in got],
+                               [t.logprob for t in whole.logprobs.content], atol=1e-4)
+    assert all(len(t.top_logprobs) == 2 for t in got)
+
+
 def test_streaming_is_token_by_token(client, server, monkeypatch):
     """The client reads the first content chunk while the engine is still generating:
     the engine's step for token HOLD waits until the client has it, and meanwhile

@@ -217,11 +217,16 @@ class ChatDelta(NamedTuple):
       finish_reason: ``None``, except on the last piece: ``"stop"`` or ``"length"``.
       usage: ``None``, except on the last piece: the :class:`Usage` of the request
         (the tokens generated up to the end, a final stop id included).
+      logprobs: with ``stream(..., logprobs=True)``, the :class:`TokenLogprob` of the
+        tokens whose text this piece releases (a token that ends inside a character or
+        inside a possible stop string is reported with the piece that completes it; a
+        final stop id is not reported, as in :meth:`LocalChat.chat`); else ``None``.
     """
 
     content: str
     finish_reason: str | None = None
     usage: Usage | None = None
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 class TextCompletion(NamedTuple):
@@ -772,7 +777,8 @@ class LocalChat:
 
     def stream(self, messages, *, temperature: float = 0.0, top_p: float = 1.0,
                max_tokens: int = 256, stop: str | Sequence[str] | None = None,
-               seed: int | None = None) -> Iterator[ChatDelta]:
+               seed: int | None = None, logprobs: bool = False,
+               top_logprobs: int = 0) -> Iterator[ChatDelta]:
         """One reply to ``messages``, streamed as it is generated (:meth:`Engine.stream`).
 
         The same reply as ``chat(messages, ...)`` with ``n=1`` and no tools: the pieces'
@@ -787,6 +793,10 @@ class LocalChat:
 
         Args:
           messages, temperature, top_p, max_tokens, stop, seed: as in :meth:`chat`.
+          logprobs, top_logprobs: as in :meth:`chat`; each piece then carries the
+            log-probabilities of the tokens it releases, computed in the decoding step
+            itself (the same values as :meth:`chat`'s extra forward pass up to float
+            rounding, ~1e-5).
 
         Returns:
           an iterator of :class:`ChatDelta` with non-empty content, then the last one
@@ -797,7 +807,8 @@ class LocalChat:
           ValueError, TypeError: as in :meth:`chat`.
         """
         msgs = check_messages(messages)
-        s = _check_sampling(temperature, top_p, max_tokens, stop, seed, 1, False, 0)
+        s = _check_sampling(temperature, top_p, max_tokens, stop, seed, 1, logprobs,
+                            top_logprobs)
         return self._stream(self.engine.tokenizer.encode(self._render(msgs)), s)
 
     def stream_complete(self, prompt, *, max_tokens: int = 16, temperature: float = 0.0,
@@ -829,24 +840,39 @@ class LocalChat:
         with self._lock:
             deltas = self.engine.stream(ids, s.max_tokens, temperature=s.temperature,
                                         top_p=s.top_p, key=_sampling_key(s.seed, s.temperature),
-                                        stop=s.stop)
-        return self._stream_deltas(deltas, len(ids), head)
+                                        stop=s.stop,
+                                        top_logprobs=s.top_logprobs if s.logprobs else None)
+        return self._stream_deltas(deltas, len(ids), head, s.logprobs)
 
-    def _stream_deltas(self, deltas, prompt_tokens: int, head: str) -> Iterator[ChatDelta]:
+    def _stream_deltas(self, deltas, prompt_tokens: int, head: str,
+                       logprobs: bool = False) -> Iterator[ChatDelta]:
         if head:
-            yield ChatDelta(head)
-        n = 0
+            yield ChatDelta(head, logprobs=() if logprobs else None)
+        n, pending = 0, []
+
+        def release():
+            if not logprobs:
+                return None
+            out = tuple(pending)
+            pending.clear()
+            return out
+
         while True:
             with self._lock:  # per token: a consumer may advance this from any thread
                 d = next(deltas, None)
             if d is None:
                 return
             n += 1
+            if logprobs and d.token not in self.engine.stop_ids:
+                pending.append(self._entry(d.token, d.logprob, [v for _, v in d.top],
+                                           [i for i, _ in d.top], len(d.top)))
             if d.finish_reason is not None:
-                yield ChatDelta(d.text, d.finish_reason, Usage(prompt_tokens, n))
+                if not d.text:  # held-back tokens that ended as a stop string
+                    pending.clear()
+                yield ChatDelta(d.text, d.finish_reason, Usage(prompt_tokens, n), release())
                 return
             if d.text:
-                yield ChatDelta(d.text)
+                yield ChatDelta(d.text, logprobs=release())
 
     # ------------------------------------------------------------- beyond the protocol
 

@@ -97,11 +97,18 @@ class Delta(NamedTuple):
       token: the id generated at this step (a final stop id included).
       finish_reason: ``None``, except on the last delta: ``"stop"`` (a stop id or stop
         string) or ``"length"`` (``max_new_tokens`` reached).
+      logprob: with ``stream(..., top_logprobs=k)`` (``k >= 0``), the token's
+        log-probability under the model's distribution (the untempered softmax of the
+        logits, as :meth:`~jaxsci.common.lm.chat.LocalChat.chat` reports it); else ``None``.
+      top: with ``top_logprobs=k``, the ``k`` most likely ``(token id, log-probability)``
+        pairs at this step, most likely first.
     """
 
     text: str
     token: int
     finish_reason: str | None = None
+    logprob: float | None = None
+    top: tuple[tuple[int, float], ...] = ()
 
 
 def _check_stops(stop) -> tuple[str, ...]:
@@ -220,24 +227,38 @@ def _masked(logits, mask):
     return logits if mask is None else jnp.where(mask, logits.astype(jnp.float32), -jnp.inf)
 
 
-@functools.partial(jax.jit, static_argnames=("cache_len",))
+def _token_logprobs(logits, tok, top_k):
+    # None without log-probabilities (top_k < 0): the picking programs stay as they were.
+    if top_k < 0:
+        return None
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    chosen = jnp.take_along_axis(logp, tok[:, None], axis=-1)[:, 0]
+    top_v, top_i = jax.lax.top_k(logp, max(top_k, 1))
+    return chosen, top_v, top_i
+
+
+@functools.partial(jax.jit, static_argnames=("cache_len", "top_k"))
 def _prefill_pick(graphdef, state, tokens, lengths, mask, key, temperature, top_p, *,
-                  cache_len):
+                  cache_len, top_k=-1):
     model = nnx.merge(graphdef, state)
     b = tokens.shape[0]
     cache = model.init_cache(b, cache_len)
     h, _, cache = model.features(tokens, cache=cache)
     key, sub = jax.random.split(key)
     logits = model.logits(h[jnp.arange(b), lengths - 1])
-    return _pick(sub, _masked(logits, mask), temperature, top_p), cache, key
+    tok = _pick(sub, _masked(logits, mask), temperature, top_p)
+    return tok, cache, key, _token_logprobs(logits, tok, top_k)
 
 
-@functools.partial(jax.jit, donate_argnames=("cache",))
-def _step_pick(graphdef, state, cache, feed, pos, mask, key, temperature, top_p):
+@functools.partial(jax.jit, donate_argnames=("cache",), static_argnames=("top_k",))
+def _step_pick(graphdef, state, cache, feed, pos, mask, key, temperature, top_p, *,
+               top_k=-1):
     model = nnx.merge(graphdef, state)
     h, _, cache = model.features(feed[:, None], pos[:, None], cache=cache)
     key, sub = jax.random.split(key)
-    return _pick(sub, _masked(model.logits(h[:, 0]), mask), temperature, top_p), cache, key
+    logits = model.logits(h[:, 0])
+    tok = _pick(sub, _masked(logits, mask), temperature, top_p)
+    return tok, cache, key, _token_logprobs(logits, tok, top_k)
 
 
 class _Stepper:
@@ -253,7 +274,9 @@ class _Stepper:
     """
 
     def __init__(self, engine: Engine, seqs: list[list[int]], max_new_tokens: int,
-                 temperature: float, top_p: float, key):
+                 temperature: float, top_p: float, key, top_k: int = -1):
+        self._top_k = top_k  # >= 0: also the picked tokens' log-probabilities
+        self.logprobs = None  # after a step: (chosen, top values, top ids), (batch, ...)
         c = engine.model.config
         p = min(bucket(max(len(s) for s in seqs)), c.max_len)
         tokens, self.lengths = engine._pad(seqs, p)
@@ -269,14 +292,16 @@ class _Stepper:
         among the tokens ``mask`` (``(batch, vocab)`` bool, or ``None``: any) allows."""
         m = None if mask is None else jnp.asarray(mask)
         if self.n == 0:
-            tok, self._cache, self._key = _prefill_pick(
+            tok, self._cache, self._key, lp = _prefill_pick(
                 self._graphdef, self._state, self._tokens, jnp.asarray(self.lengths), m,
-                self._key, *self._settings, cache_len=self._cache_len)
+                self._key, *self._settings, cache_len=self._cache_len, top_k=self._top_k)
         else:  # feed the ids just picked, each at its row's next position
-            tok, self._cache, self._key = _step_pick(
+            tok, self._cache, self._key, lp = _step_pick(
                 self._graphdef, self._state, self._cache, self._tok,
-                jnp.asarray(self.lengths + self.n - 1), m, self._key, *self._settings)
+                jnp.asarray(self.lengths + self.n - 1), m, self._key, *self._settings,
+                top_k=self._top_k)
         self._tok, self.n = tok, self.n + 1
+        self.logprobs = None if lp is None else tuple(np.asarray(x) for x in lp)
         return np.asarray(tok)
 
 
@@ -543,7 +568,8 @@ class Engine:
 
     def stream(self, prompt, max_new_tokens: int, *, temperature: float = 0.0,
                top_p: float = 1.0, key: jax.Array | None = None,
-               stop: str | Sequence[str] = ()) -> Iterator[Delta]:
+               stop: str | Sequence[str] = (),
+               top_logprobs: int | None = None) -> Iterator[Delta]:
         """Continue one prompt token by token, yielding each token as it is generated.
 
         The step-wise path of :meth:`generate_masked` without a mask (one jitted prefill,
@@ -558,6 +584,9 @@ class Engine:
         Args:
           prompt: a str or a list of token ids (one prompt, as in :meth:`generate`).
           max_new_tokens, temperature, top_p, key, stop: as in :meth:`generate`.
+          top_logprobs: ``None`` (default), or ``k`` in ``[0, 20]``: each delta also
+            carries its token's log-probability and the ``k`` most likely alternatives
+            (computed in the same step, from the same logits; the picks are unchanged).
 
         Returns:
           an iterator of :class:`Delta`, one per generated token; the last has the
@@ -573,23 +602,32 @@ class Engine:
         if len(seqs) != 1:
             raise ValueError(f"prompt must be one prompt (a str or a list of token ids), got "
                              f"a batch of {len(seqs)}")
-        return self._stream(_Stepper(self, seqs, max_new_tokens, temperature, top_p, key),
-                            max_new_tokens, stops)
+        top_k = -1 if top_logprobs is None else check_int("top_logprobs", top_logprobs,
+                                                           min=0, max=20)
+        return self._stream(_Stepper(self, seqs, max_new_tokens, temperature, top_p, key,
+                                     top_k=top_k), max_new_tokens, stops)
 
     def _stream(self, stepper: _Stepper, max_new_tokens: int,
                 stops: tuple[str, ...]) -> Iterator[Delta]:
         text, table = _TextStream(stops), self.token_bytes
+        k = stepper._top_k
         for n in range(1, max_new_tokens + 1):
             tok = int(stepper.step()[0])
+            lp = {}
+            if stepper.logprobs is not None:
+                chosen, top_v, top_i = (x[0] for x in stepper.logprobs)
+                lp = {"logprob": float(chosen),
+                      "top": tuple((int(i), float(v)) for v, i in zip(top_v[:k], top_i[:k],
+                                                                       strict=True))}
             if tok in self.stop_ids:
-                yield Delta(text.push(b"", final=True), tok, "stop")
+                yield Delta(text.push(b"", final=True), tok, "stop", **lp)
                 return
             last = n == max_new_tokens
             piece = text.push(table[tok], final=last)
             if text.stopped or last:
-                yield Delta(piece, tok, "stop" if text.stopped else "length")
+                yield Delta(piece, tok, "stop" if text.stopped else "length", **lp)
                 return
-            yield Delta(piece, tok)
+            yield Delta(piece, tok, **lp)
 
     @functools.cached_property
     def token_bytes(self) -> list[bytes]:

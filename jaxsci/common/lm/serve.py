@@ -38,15 +38,16 @@ Endpoints:
 **Streaming.** With ``stream=true`` the reply goes out as server-sent events in OpenAI's
 chunk format: a first chunk with the role, content chunks, a last chunk with
 ``finish_reason``, the usage chunk when ``stream_options.include_usage``, then
-``data: [DONE]``. For an in-process model, a chat request with ``n=1``, no ``tools``, no JSON
-``response_format`` and no ``logprobs`` (and a completion with ``n=1``, one prompt and
-no ``logprobs``) is streamed **token by token** as the engine generates it
+``data: [DONE]``. For an in-process model, a chat request with ``n=1``, no ``tools`` and no
+JSON ``response_format`` (with or without ``logprobs``: each chunk then carries its
+tokens' log-probabilities, computed in the decoding step), and a completion with
+``n=1``, one prompt and no ``logprobs``, is streamed **token by token** as the engine generates it
 (:meth:`LocalChat.stream`, on :meth:`Engine.stream`): one chunk per token that completes
 text (whole UTF-8 characters; text that could begin a stop string is held back until it
 cannot). The engine runs in the server's thread pool, one token per step, taking the
 model's lock per token, so ``/health`` and other requests are answered meanwhile. Every
-other streamed request (``n > 1``, tools, JSON mode, logprobs, several prompts, a
-proxied server) is generated whole first, then sent in pieces (:func:`stream_pieces`:
+other streamed request (``n > 1``, tools, JSON mode, completion logprobs, several
+prompts, a proxied server) is generated whole first, then sent in pieces (:func:`stream_pieces`:
 one per word, or with ``logprobs`` one per group of tokens that decodes to whole
 characters, carrying their log-probabilities; tool calls in one chunk). Either way the
 chunks concatenate to exactly the non-streamed reply (greedy, or sampled with the same
@@ -430,10 +431,12 @@ def make_app(model) -> FastAPI:
         top_p = 1.0 if req.top_p is None else req.top_p
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         if req.stream and isinstance(chat_model, LocalChat) and (req.n or 1) == 1 \
-                and not tools and not req.logprobs and not json_mode:
+                and not tools and not json_mode:
             with _model_errors():
                 deltas = chat_model.stream(messages, temperature=temperature, top_p=top_p,
-                                           max_tokens=max_tokens, stop=req.stop, seed=req.seed)
+                                           max_tokens=max_tokens, stop=req.stop, seed=req.seed,
+                                           logprobs=bool(req.logprobs),
+                                           top_logprobs=req.top_logprobs or 0)
             events = _chunks("chat.completion.chunk", f"chatcmpl-{uuid.uuid4().hex}",
                              model_id, include_usage)
             return StreamingResponse(_chat_stream(deltas, events),
@@ -556,7 +559,8 @@ def _chat_stream(deltas, chunk) -> Iterator[str]:
         yield chunk(_chat_choice({"role": "assistant", "content": ""}))
         for d in deltas:
             if d.content:
-                yield chunk(_chat_choice({"content": d.content}))
+                yield chunk(_chat_choice({"content": d.content}, None,
+                                         _chat_logprobs(d.logprobs)))
             if d.finish_reason is not None:
                 yield chunk(_chat_choice({}, d.finish_reason))
                 if chunk.include_usage:

@@ -49,7 +49,7 @@ _ENTRIES = [
     Entry("streaming_ate", "Streaming ATE estimation with balancing coresets", "stats", "implemented"),
     Entry("continual", "DFA-CIL / DFA-MoE with the SCR metric", "llm"),
     Entry("topology", "Blessing of dimensionality for persistent homology", "stats", "implemented"),
-    Entry("cotraining", "Mechanisms of sim-and-real co-training", "generative"),
+    Entry("cotraining", "Mechanisms of sim-and-real co-training", "generative", "implemented"),
     Entry("augmask", "AugMask: tabular diffusion with missing values", "generative"),
     Entry("eeb", "Erasure-evasion backdoor in concept erasure (robustness evaluation)", "generative"),
     Entry("bandits", "Satisficing bandits with uncertain-UCB", "stats", "implemented"),

@@ -53,7 +53,8 @@ What this module implements
   otherwise). The relative objective change, the earlier stopping rule, stopped
   float32 fits near the break-down point up to 17x above the optimum while calling
   them converged (one rounding-level increase of the objective ended the loop). The
-  gap's rounding floor is about ``1e-5`` in float32, ``1e-13`` in float64, hence the
+  gap's rounding floor in float32 is near ``1e-5`` (an exploration run; float64's is far
+  below ``1e-6``), hence the
   dtype's default ``tol`` (``1e-4`` / ``1e-6``). With ``ridge > 0`` the weighted solves
   are regularised, the normal equations (and so the certificate) no longer hold,
   and the rule falls back to the relative objective change (``gap`` is then NaN).
@@ -483,7 +484,8 @@ def l2_norm_estimator(
         float64, ``1e-5`` for float32. The floor bounds the weights' dynamic range to
         ``1 / eps``; near the optimum some residuals reach it, and with ``1e-8`` float32's
         Cholesky of the weighted normal equations fails there (measured: 4 of 20 fits
-        near the break-down point stopped uncertified, none with ``1e-5``). It changes
+        near the break-down point stopped uncertified, none with ``1e-5``:
+        ``scripts/sysid_certificate.py``). It changes
         the smoothed problem IRLS solves, never the certificate, which is for the exact
         objective.
       ridge: relative ridge of every weighted solve (traced).

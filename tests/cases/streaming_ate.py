@@ -1,5 +1,6 @@
 """Property cases for :mod:`jaxsci.stats.streaming_ate` (see ``tests/properties.py``)."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -44,9 +45,9 @@ def _insert_kwargs():
     # 15 points in levels of 8: the 16th (the case's) halves level 0, then level 1.
     st = S.coreset_init(8, 3, 2)
     x, _, y = _stream()
+    insert = eqx.filter_jit(S.coreset_insert)  # one compile for the 15 inserts
     for i in range(15):
-        st = S.coreset_insert(st, x[i], y[i], S.Gaussian(1.0), S.KernelHalving(),
-                              jax.random.key(1))
+        st = insert(st, x[i], y[i], S.Gaussian(1.0), S.KernelHalving(), jax.random.key(1))
     return {"state": st, "x": jnp.asarray([0.3, -0.2], float), "value": jnp.asarray(0.5, float),
             "kernel": S.Gaussian(1.0), "halving": S.KernelHalving(), "key": jax.random.key(1)}
 

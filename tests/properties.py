@@ -5,10 +5,12 @@ list of :class:`Case` (lineax's ``tests/helpers.py`` pattern); ``tests/test_prop
 checks every case for
 
 * ``jit``: ``equinox.filter_jit(fn)`` equals the eager call;
-* ``vmap``: for each name in ``vmap``, ``filter_vmap`` over a batch of that argument
-  equals a Python loop (this is what "vmappable in x" in a docstring promises);
+* ``vmap``: for each name in ``vmap``, ``filter_jit(filter_vmap(...))`` over a batch of
+  that argument equals a Python loop (this is what "vmappable in x" in a docstring
+  promises);
 * ``grad``: for each name in ``grad``, ``jax.grad`` of ``loss(out)`` against central
-  finite differences along a random direction, in float64;
+  finite differences along a random direction in that argument, in float64 (one compiled
+  ``value_and_grad`` over all the names, which also gives the differences' values);
 * ``zero_grad``: for each name in ``zero_grad``, the gradient is exactly zero (where it
   is zero by construction, e.g. through Metropolis accept steps; the docstring says so);
 * ``determinism``: the same ``key`` gives the same result, another key another one;
@@ -177,45 +179,65 @@ def _scalar(case: Case, y: Any) -> Any:
         eqx.filter(y, eqx.is_inexact_array)))
 
 
-def _grad_setup(case: Case, name: str):
+def _grad_setup(case: Case, names: tuple[str, ...]):
+    """``f(d)``: the case's scalar as a function of the float leaves ``d[name]`` of each
+    argument in ``names`` (the other leaves held), and ``d`` at the case's inputs."""
     kw = _make(case)
-    x = kw[name]
-    diff, static = eqx.partition(x, eqx.is_inexact_array)
+    parts = {n: eqx.partition(kw[n], eqx.is_inexact_array) for n in names}
+    # Strongly typed leaves: a weakly typed scalar (``jnp.asarray(1.0)``) turns strong
+    # once shifted for the finite differences, and a jitted program compiled for the
+    # weak type would compile again for each shifted point.
+    diff = {n: jax.tree_util.tree_map(lambda v: v + jnp.zeros((), v.dtype), p[0])
+            for n, p in parts.items()}
 
     def f(d):
-        return _scalar(case, _call(case, {**kw, name: eqx.combine(d, static)}))
+        new = {n: eqx.combine(d[n], parts[n][1]) for n in names}
+        return _scalar(case, _call(case, {**kw, **new}))
 
-    return (eqx.filter_jit(f) if case.jit else f), diff
+    return f, diff
 
 
-def check_grad(case: Case, name: str) -> None:
+def check_grad(case: Case, names: tuple[str, ...]) -> None:
+    """One compiled ``value_and_grad`` over every name in ``case.grad`` at once; then,
+    per name, the directional derivative along a random direction in that argument
+    alone against central finite differences of the same program's values."""
     with jax.enable_x64(True):
-        f, diff = _grad_setup(case, name)
-        assert jax.tree_util.tree_leaves(diff), f"{case.name}: {name} has no float leaves"
-        for leaf in jax.tree_util.tree_leaves(diff):
-            assert leaf.dtype == jnp.float64, (
-                f"{case.name}: make() gave {name} as {leaf.dtype}; build floats without a "
-                "fixed float32 dtype so the gradient check runs in float64")
-        g = (eqx.filter_jit(jax.grad(f)) if case.jit else jax.grad(f))(diff)
-        leaves, treedef = jax.tree_util.tree_flatten(diff)
+        f, diff = _grad_setup(case, names)
+        for name in names:
+            leaves = jax.tree_util.tree_leaves(diff[name])
+            assert leaves, f"{case.name}: {name} has no float leaves"
+            for leaf in leaves:
+                assert leaf.dtype == jnp.float64, (
+                    f"{case.name}: make() gave {name} as {leaf.dtype}; build floats without "
+                    "a fixed float32 dtype so the gradient check runs in float64")
+        vg = jax.value_and_grad(f)
+        vg = eqx.filter_jit(vg) if case.jit else vg
+        g = vg(diff)[1]
         rng = np.random.default_rng(0)
-        direction = jax.tree_util.tree_unflatten(
-            treedef, [jnp.asarray(rng.standard_normal(np.shape(v))) for v in leaves])
-        analytic = sum(jnp.vdot(a, b) for a, b in zip(
-            jax.tree_util.tree_leaves(g), jax.tree_util.tree_leaves(direction), strict=True))
         eps = case.fd_eps
-        plus = jax.tree_util.tree_map(lambda v, d: v + eps * d, diff, direction)
-        minus = jax.tree_util.tree_map(lambda v, d: v - eps * d, diff, direction)
-        fd = (f(plus) - f(minus)) / (2 * eps)
-        assert np.isfinite(float(analytic)), f"{case.name}: non-finite gradient wrt {name}"
-        np.testing.assert_allclose(float(analytic), float(fd), rtol=case.fd_rtol,
-                                   atol=case.fd_rtol * 1e-2,
-                                   err_msg=f"{case.name}: d/d{name} vs finite differences")
+        for name in names:
+            leaves, treedef = jax.tree_util.tree_flatten(diff[name])
+            d_name = jax.tree_util.tree_unflatten(
+                treedef, [jnp.asarray(rng.standard_normal(np.shape(v))) for v in leaves])
+            analytic = sum(jnp.vdot(a, b) for a, b in zip(
+                jax.tree_util.tree_leaves(g[name]), jax.tree_util.tree_leaves(d_name),
+                strict=True))
+
+            def shifted(sign, name=name, d_name=d_name):
+                moved = jax.tree_util.tree_map(lambda v, d: v + sign * eps * d,
+                                               diff[name], d_name)
+                return {**diff, name: moved}
+
+            fd = (vg(shifted(1.0))[0] - vg(shifted(-1.0))[0]) / (2 * eps)
+            assert np.isfinite(float(analytic)), f"{case.name}: non-finite gradient wrt {name}"
+            np.testing.assert_allclose(float(analytic), float(fd), rtol=case.fd_rtol,
+                                       atol=case.fd_rtol * 1e-2,
+                                       err_msg=f"{case.name}: d/d{name} vs finite differences")
 
 
 def check_zero_grad(case: Case, name: str) -> None:
-    f, diff = _grad_setup(case, name)
-    g = jax.grad(f)(diff)
+    f, diff = _grad_setup(case, (name,))
+    g = (eqx.filter_jit(jax.grad(f)) if case.jit else jax.grad(f))(diff)
     for leaf in jax.tree_util.tree_leaves(g):
         assert np.all(np.asarray(leaf) == 0), f"{case.name}: d/d{name} is not identically zero"
 
@@ -239,7 +261,10 @@ def check_bad(case: Case, i: int) -> None:
     kw = {**_make(case), **bad.overrides}
     if bad.jit:
         with pytest.raises(Exception) as info:  # noqa: PT011 - the message is what we check
-            jax.block_until_ready(eqx.filter_jit(lambda kw: _call(case, kw))(kw))
+            # The case's jitted call: a value check with same-shaped inputs reuses its
+            # compiled program.
+            call = _fast(case) if case.jit else eqx.filter_jit(lambda kw: _call(case, kw))
+            jax.block_until_ready(call(kw))
         assert re.search(bad.match, str(info.value)), (
             f"{case.name}: error under jit does not say {bad.match!r}: {str(info.value)[:300]}")
     else:
@@ -254,8 +279,8 @@ def checks(case: Case) -> list[tuple[str, Callable[[], None]]]:
         out.append(("jit", lambda: check_jit(case)))
     for n in case.vmap:
         out.append((f"vmap[{n}]", lambda n=n: check_vmap(case, n)))
-    for n in case.grad:
-        out.append((f"grad[{n}]", lambda n=n: check_grad(case, n)))
+    if case.grad:
+        out.append((f"grad[{','.join(case.grad)}]", lambda: check_grad(case, case.grad)))
     for n in case.zero_grad:
         out.append((f"zero_grad[{n}]", lambda n=n: check_zero_grad(case, n)))
     if case.key is not None:

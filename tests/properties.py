@@ -224,7 +224,7 @@ def check_grad(case: Case, names: tuple[str, ...]) -> None:
                 strict=True))
 
             def shifted(sign, name=name, d_name=d_name):
-                moved = jax.tree_util.tree_map(lambda v, d: v + sign * eps * d,
+                moved = jax.tree_util.tree_map(lambda x, dx: x + sign * eps * dx,
                                                diff[name], d_name)
                 return {**diff, name: moved}
 

@@ -209,6 +209,14 @@ def sample_ode(
     solver = _check_solver(solver)
     check_scalar("t0", t0)
     check_scalar("t1", t1)
+    return _sample_ode(velocity_fn, x0, t0, t1, steps, solver, save_ts)
+
+
+@eqx.filter_jit
+def _sample_ode(velocity_fn, x0, t0, t1, steps, solver, save_ts):
+    # One module-level jit: calls with the same velocity (the same function, or a module
+    # of the same structure) and same-shaped inputs reuse the compiled solve; the vector
+    # field's closure is new at every trace.
     shape = x0.shape
     saveat = diffrax.SaveAt(t1=True) if save_ts is None else diffrax.SaveAt(ts=save_ts)
     t0 = jnp.asarray(t0, x0.dtype)
@@ -303,6 +311,12 @@ def sample_sde(
     check_scalar("noise", noise, ge=0.0)
     check_scalar("t0", t0)
     check_scalar("t1", t1)
+    return _sample_sde(velocity_fn, x0, key, noise, t0, t1, steps, source_mean, source_std)
+
+
+@eqx.filter_jit
+def _sample_sde(velocity_fn, x0, key, noise, t0, t1, steps, source_mean, source_std):
+    # One module-level jit, as _sample_ode.
     shape, n = x0.shape, x0.shape[0]
     mu0 = jnp.broadcast_to(jnp.asarray(source_mean, x0.dtype), shape)
     s0 = jnp.broadcast_to(jnp.asarray(source_std, x0.dtype), shape)

@@ -56,6 +56,7 @@ MAE is that of the sample mean, CRPS the sample estimate
 from __future__ import annotations
 
 import abc
+import functools
 import typing
 from collections.abc import Callable
 from typing import NamedTuple
@@ -330,6 +331,13 @@ def simulate(
     check_array("params", params, shape=(family.shape[0], P))
     check_array("y0", y0, shape=(family.shape[0], D))
     n_times = check_int("n_times", n_times, min=2)
+    return _simulate(family, params, y0, n_times)
+
+
+@functools.partial(jax.jit, static_argnames="n_times")
+def _simulate(family, params, y0, n_times):
+    # One module-level jit: a second call with the same shapes reuses the compiled solve
+    # (the vector-field closures below are new at every trace).
     fams = tuple(FAMILIES.values())
     t_end = jnp.asarray([f.t_end for f in fams])
     obs = jnp.asarray([f.observe for f in fams])

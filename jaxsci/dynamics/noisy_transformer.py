@@ -368,15 +368,23 @@ def solve_sde(
     if solver is not None and not isinstance(solver, diffrax.AbstractSolver):
         raise TypeError(f"solver must be a diffrax solver (e.g. diffrax.Euler()), got "
                         f"{type(solver).__name__}")
-    x0, dt = _traced_checks(x0, beta, sigma, dt)
-    d = x0.shape[-1]
     if bm is None:
         if key is None:
             raise ValueError("solve_sde needs key or bm")
         check_key("key", key)
-        bm = diffrax.VirtualBrownianTree(0.0, t1, tol=dt / 8, shape=(d, d), key=key)
     if solver is None:
         solver = diffrax.Euler()
+    return _solve_sde(x0, t1, dt, beta, gamma, sigma, key, bm, solver, max_steps)
+
+
+@eqx.filter_jit
+def _solve_sde(x0, t1, dt, beta, gamma, sigma, key, bm, solver, max_steps):
+    # One module-level jit: a second call with same-shaped inputs reuses the compiled
+    # solve (the terms' closures below are new at every trace).
+    x0, dt = _traced_checks(x0, beta, sigma, dt)
+    d = x0.shape[-1]
+    if bm is None:
+        bm = diffrax.VirtualBrownianTree(0.0, t1, tol=dt / 8, shape=(d, d), key=key)
     terms = diffrax.MultiTerm(
         diffrax.ODETerm(lambda t, y, a: drift(y, beta, gamma, sigma)),
         diffrax.ControlTerm(lambda t, y, a: diffusion(y, beta, sigma), bm),

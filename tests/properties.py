@@ -14,6 +14,9 @@ checks every case for
 * ``zero_grad``: for each name in ``zero_grad``, the gradient is exactly zero (where it
   is zero by construction, e.g. through Metropolis accept steps; the docstring says so);
 * ``determinism``: the same ``key`` gives the same result, another key another one;
+* ``cached``: a second eager call with the same inputs lowers no new program (a function
+  that builds its loop bodies or vector fields as fresh closures at each call, outside a
+  module-level jit, compiles again at every call of a user's script);
 * ``bad``: each bad input raises a clear error naming the argument (eagerly, or under
   ``jit`` for value checks that run through ``equinox.error_if``).
 
@@ -65,6 +68,7 @@ class Case:
     key: str | None = None
     bad: tuple[Bad, ...] = ()
     jit: bool = True
+    cached: bool = True
     rtol: float = 1e-5
     atol: float = 1e-6
     fd_rtol: float = 1e-4
@@ -254,6 +258,29 @@ def check_determinism(case: Case) -> None:
     assert differs, f"{case.name}: another key gives the same result (is the key used?)"
 
 
+_LOWERED = [0]
+
+
+def _count_lowering(event: str, duration: float, **kwargs: Any) -> None:
+    # Fires for every program lowered to XLA, whether it then compiles or is loaded from
+    # the persistent compilation cache.
+    if event == "/jax/core/compile/jaxpr_to_mlir_module_duration":
+        _LOWERED[0] += 1
+
+
+jax.monitoring.register_event_duration_secs_listener(_count_lowering)
+
+
+def check_cached(case: Case) -> None:
+    kw = _make(case)
+    jax.block_until_ready(_call(case, kw))
+    before = _LOWERED[0]
+    jax.block_until_ready(_call(case, dict(kw)))
+    n = _LOWERED[0] - before
+    assert n == 0, (f"{case.name}: a second eager call with the same inputs lowered {n} new "
+                    "program(s): put the computation behind a module-level jit")
+
+
 def check_bad(case: Case, i: int) -> None:
     import pytest
 
@@ -285,12 +312,14 @@ def checks(case: Case) -> list[tuple[str, Callable[[], None]]]:
         out.append((f"zero_grad[{n}]", lambda n=n: check_zero_grad(case, n)))
     if case.key is not None:
         out.append(("determinism", lambda: check_determinism(case)))
+    if case.cached:
+        out.append(("cached", lambda: check_cached(case)))
     for i in range(len(case.bad)):
         out.append((f"bad[{i}]", lambda i=i: check_bad(case, i)))
     return out
 
 
-CHECKS = ("jit", "vmap", "grad", "zero_grad", "determinism", "bad")
+CHECKS = ("jit", "vmap", "grad", "zero_grad", "determinism", "cached", "bad")
 
 
 def check(case: Case, which: str) -> None:

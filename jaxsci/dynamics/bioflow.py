@@ -398,6 +398,12 @@ def make_benchmark(key: jax.Array, per_family: int, n_times: int = 64) -> Benchm
 def label_regime(traj: Float[Array, " T"]) -> Int[Array, ""]:
     """Index into :data:`REGIMES` of one observed trajectory (module docstring rule)."""
     check_array("traj", traj, ndim=1)
+    return _label_regime(traj)
+
+
+@jax.jit
+def _label_regime(traj):
+    # Module-level jit: a second call compiles nothing (the scan's closure).
     y = jnp.convolve(traj, jnp.ones(3) / 3, mode="valid")
     rng = jnp.max(y) - jnp.min(y) + 1e-12
     d = jnp.diff(y)
@@ -801,7 +807,13 @@ def sample_forecast(
     _check_source(source, prior, context, horizon)
     if isinstance(source, RegimeSource) and prior is None:
         prior = regime_prior(context, horizon, source.spec)
+    return _sample_forecast(model, key, context, horizon, n_samples, source, prior, steps,
+                            solver)
 
+
+@eqx.filter_jit
+def _sample_forecast(model, key, context, horizon, n_samples, source, prior, steps, solver):
+    # Module-level jit: a second call with same-shaped inputs compiles nothing.
     def one(k):
         x0 = source(k, context, horizon, prior)
         return fm.sample_ode(lambda t, x: model(t, x, context), x0, steps=steps, solver=solver)

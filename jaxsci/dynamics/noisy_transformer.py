@@ -232,6 +232,12 @@ def run_layers(
     x0, h = _traced_checks(x0, beta, sigma, h)
     n_save = min(check_int("n_save", n_save, min=1), n_layers)
     check_choice("noise", noise, NOISES)
+    return _run_layers(key, x0, n_layers, h, beta, gamma, sigma, n_save, noise)
+
+
+@eqx.filter_jit
+def _run_layers(key, x0, n_layers, h, beta, gamma, sigma, n_save, noise):
+    # Module-level jit: a second call compiles nothing (the scan bodies' closures).
     per, rest = divmod(n_layers, n_save)
     h_arr = jnp.asarray(h, x0.dtype)
 

@@ -451,7 +451,9 @@ def count_clusters(
     return _count_clusters(x, tol)
 
 
+@jax.jit
 def _count_clusters(x, tol):
+    # Module-level jit: a second call compiles nothing (the loop's closures).
     n = x.shape[0]
     sq = jnp.sum(x * x, -1)
     dist2 = sq[:, None] + sq[None, :] - 2.0 * x @ x.T

@@ -257,7 +257,9 @@ def ar_inputs(
     return _ar(key, t_len, n_u, corr, jax.random.uniform, -1.0, 1.0) + mean
 
 
+@functools.partial(jax.jit, static_argnames=("t_len", "dim", "sampler"))
 def _ar(key, t_len, dim, corr, sampler, lo, hi):
+    # Module-level jit: a second call compiles nothing (the scan's closure).
     eta = sampler(key, (t_len, dim), minval=lo, maxval=hi)
 
     def step(v, e):

@@ -47,6 +47,7 @@ the networks' widths, the Sinkhorn ``epsilon`` and iterations, the guidance scal
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, NamedTuple
 
 import equinox as eqx
@@ -229,6 +230,12 @@ def sinkhorn_cost(a: Float[ArrayLike, "n p"], b: Float[ArrayLike, "m p"],
     check_array("b", b, shape=(None, a.shape[1]), finite=False)
     check_scalar("epsilon", epsilon, gt=0.0)
     check_int("iters", iters, min=1)
+    return _sinkhorn_cost(a, b, epsilon, iters)
+
+
+@functools.partial(jax.jit, static_argnames="iters")
+def _sinkhorn_cost(a, b, epsilon, iters):
+    # Module-level jit: a second call compiles nothing (the scan's closure).
     cost = jnp.sum((a[:, None] - b[None]) ** 2, -1)
     n, m = cost.shape
     la, lb = -jnp.log(n) * jnp.ones(n), -jnp.log(m) * jnp.ones(m)

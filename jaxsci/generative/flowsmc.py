@@ -693,6 +693,15 @@ def smc_sample(
         ts = eqx.error_if(ts, ~ok, "stage_times must increase from 0 to below 1")
     else:
         _check_stage_times(np.asarray(ts))
+    return _smc_sample(key, velocity_fn, log_likelihood, n, dim, ts, noise, steps_per_stage,
+                       final_steps, ess_threshold, temper, resampler, throw)
+
+
+@eqx.filter_jit
+def _smc_sample(key, velocity_fn, log_likelihood, n, dim, ts, noise, steps_per_stage,
+                final_steps, ess_threshold, temper, resampler, throw):
+    # Module-level jit: a second call with the same functions and same-shaped inputs
+    # compiles nothing (the stage closure is new at every trace).
     k0, k_loop = jax.random.split(key)
     state = smc_init(k0, velocity_fn, log_likelihood, n, dim, temper=temper)
     ess0, bad0 = ess(state.logw), _nonfinite(state.logw)

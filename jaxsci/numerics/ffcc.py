@@ -1221,6 +1221,13 @@ def tune(expr: Expr, x: Float[ArrayLike, " n"], backend: AbstractBackend | None 
     check_array("x", x, ndim=1)
     if isinstance(x, jax.core.Tracer):
         x = eqx.error_if(x, ~jnp.all(jnp.isfinite(x)), "x must be finite")
+    return _tune(expr, x, backend, steps, learning_rate)
+
+
+@eqx.filter_jit
+def _tune(expr, x, backend, steps, learning_rate):
+    # Module-level jit: a second call compiles nothing (the optimizer and the scan's
+    # closure are new at every trace).
     optimizer = optax.adam(learning_rate)
     state = tune_init(backend, optimizer)
     params, static = eqx.partition(backend, eqx.is_inexact_array)

@@ -425,6 +425,14 @@ def perturb(model: FusionRecommender, patches: Float[Array, "p dp"], tokens: Int
     mode = mode_index(config.mode if mode is None else mode)
     mode = eqx.error_if(mode, (mode < 0) | (mode >= len(MODES)),
                         f"mode must index MODES {MODES}")
+    graphdef, state = nnx.split(model)
+    return _perturb(graphdef, state, patches, tokens, alignment, config, eps, mode)
+
+
+@eqx.filter_jit
+def _perturb(graphdef, state, patches, tokens, alignment, config, eps, mode):
+    # Module-level jit: a second call compiles nothing (the scan body's closure).
+    model = nnx.merge(graphdef, state)
     n_p, n_t = patches.shape[0], tokens.shape[0]
     k_p = max(1, math.ceil(config.patch_ratio * n_p))
     n_text = config.n_text(n_t)

@@ -342,11 +342,16 @@ class AbstractSmoother(eqx.Module):
         if not sweeps:
             return x
         w = self.weights(graph).astype(x.dtype).reshape((-1,) + (1,) * (x.ndim - 1))
+        return _smooth(w, graph, x, b, sweeps)
 
-        def body(_, x):
-            return x + w * (b - matvec(graph, x))
 
-        return jax.lax.fori_loop(0, sweeps, body, x)
+@eqx.filter_jit
+def _smooth(w, graph, x, b, sweeps):
+    # Module-level jit: a second eager call compiles nothing (the loop body's closure).
+    def body(_, x):
+        return x + w * (b - matvec(graph, x))
+
+    return jax.lax.fori_loop(0, sweeps, body, x)
 
 
 class Jacobi(AbstractSmoother):
@@ -560,6 +565,7 @@ def minres_correction(
     return q @ c
 
 
+@eqx.filter_jit
 def cycle(model: GRANS, graph: Graph, r: Float[Array, " n"], weights=None) -> Float[Array, " n"]:
     """One G-RANS cycle for ``A e = r`` from ``e = 0``: pre-smooth, correct, post-smooth.
 
@@ -573,6 +579,7 @@ def cycle(model: GRANS, graph: Graph, r: Float[Array, " n"], weights=None) -> Fl
     return model.smoother(graph, e, r, cfg.post_smooth)
 
 
+@eqx.filter_jit
 def cycle_loss(model: GRANS, graph: Graph, r: Float[Array, " n"]) -> Float[Array, ""]:
     """Self-supervised loss: relative residual ``||r - A cycle(r)|| / ||r||``."""
     e = cycle(model, graph, r)

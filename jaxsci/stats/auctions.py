@@ -110,6 +110,7 @@ Gradients: allocations are piecewise constant in the inputs; gradients are not p
 from __future__ import annotations
 
 import abc
+import functools
 from typing import Any, ClassVar, NamedTuple
 
 import equinox as eqx
@@ -880,6 +881,13 @@ def random_chain(key: jax.Array, n_queries: int, length: int) -> Int[Array, "l q
     check_key("key", key)
     n_queries = check_int("n_queries", n_queries, min=1)
     length = check_int("length", length, min=1, max=max(n_queries - 1, 1))
+    return _random_chain(key, n_queries, length)
+
+
+@functools.partial(jax.jit, static_argnames=("n_queries", "length"))
+def _random_chain(key, n_queries, length):
+    # Module-level jit: a second call compiles nothing (the loop body's closure is new
+    # at every trace).
     k1, k2 = jax.random.split(key)
     # Merge tree: at step t (t = 1..Q-1) merge cluster of query perm[t] into that of an
     # earlier query perm[j], j < t, chosen at random: levels 0..Q-1 of clusters.

@@ -353,6 +353,13 @@ def coreset_insert(state: CoresetState, x: Float[Array, " d"], value: Float[Arra
     if jnp.shape(x) != (d,) or jnp.shape(value) != ():
         raise ValueError(f"x must have shape ({d},) and value shape (), got "
                          f"{tuple(jnp.shape(x))} and {tuple(jnp.shape(value))}")
+    return _coreset_insert(state, x, value, kernel, halving, key, value_scale)
+
+
+@eqx.filter_jit
+def _coreset_insert(state, x, value, kernel, halving, key, value_scale):
+    # Module-level jit: a second call compiles nothing (the loop's closures).
+    n_lev, m, d = state.points.shape
     h = m // 2
     x = jnp.asarray(x, state.points.dtype)
     c0 = state.counts[0]
@@ -470,7 +477,9 @@ def balance_weights(
     return raise_if_failed(sol, sol.result, throw)
 
 
+@eqx.filter_jit
 def _balance(kernel, x, share, target, target_share, ridge, tol, max_steps):
+    # Module-level jit: a second call compiles nothing (the loops' closures).
     mask = share > 0
     mm = (mask[:, None] & mask[None, :]).astype(x.dtype)
     gram = kernel.gram(x, x) * mm

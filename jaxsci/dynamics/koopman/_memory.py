@@ -295,6 +295,12 @@ def rollout(
     """
     check_int("steps", steps, min=0)
     check_array("z0", z0, shape=(backbone.dim,), dtype="floating")
+    return _rollout(backbone, z0, steps, memory, state)
+
+
+@eqx.filter_jit
+def _rollout(backbone, z0, steps, memory, state):
+    # Module-level jit: a second call compiles nothing (the scan bodies' closures).
     if memory is None:
 
         def lin(z, _):

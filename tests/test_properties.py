@@ -115,6 +115,11 @@ if INLINE:
         per = {}
         for case in _load_cases(_ONLY):
             per.setdefault(case.method, set()).add(case.name)
+        if _ONLY is not None:
+            # The parent counts only "N passed": every check collected here must belong
+            # to the method it asked for, and there must be some.
+            assert set(per) == {_ONLY}, (
+                f"tests/cases/{_ONLY}.py declares cases of {sorted(per)}, expected {_ONLY}")
         short = {n: len(v) for n, v in per.items() if len(v) < 3}
         assert not short, f"methods with fewer than 3 entry points in the harness: {short}"
 else:

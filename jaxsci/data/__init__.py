@@ -8,6 +8,8 @@
 * :mod:`jaxsci.data.recsys` -- implicit-feedback recommender data with planted structure.
 * :mod:`jaxsci.data.vision` -- complex-valued image data (FFT digits, SAR-like chips)
   with in-/out-of-distribution class splits.
+* :mod:`jaxsci.data.tabular` -- a planted table with known dependence and missingness
+  masks (MCAR, MAR, MNAR).
 * :mod:`jaxsci.data.cotraining` -- the sim-and-real co-training toy: one latent state,
   two embeddings (visual gap) and two action maps (physics gap), few real samples.
 """

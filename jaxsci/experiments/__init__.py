@@ -50,7 +50,7 @@ _ENTRIES = [
     Entry("continual", "DFA-CIL / DFA-MoE with the SCR metric", "llm"),
     Entry("topology", "Blessing of dimensionality for persistent homology", "stats", "implemented"),
     Entry("cotraining", "Mechanisms of sim-and-real co-training", "generative", "implemented"),
-    Entry("augmask", "AugMask: tabular diffusion with missing values", "generative"),
+    Entry("augmask", "AugMask: tabular diffusion with missing values", "generative", "implemented"),
     Entry("eeb", "Erasure-evasion backdoor in concept erasure (robustness evaluation)", "generative"),
     Entry("bandits", "Satisficing bandits with uncertain-UCB", "stats", "implemented"),
     Entry("pse", "Persistent Semantic Entities: contamination across sessions and agents", "agents"),

@@ -595,6 +595,10 @@ def loss(params: dict, x0: Float[Array, "b d"], observed: Float[Array, "b c"],
     norm = jnp.maximum(jnp.sum(w), 1.0)
     val = jnp.sum(w * (eps - pred) ** 2) / norm
     if cfg.penalty_weight > 0:
+        if var is None:
+            raise ValueError("var (the missing inputs' variances, (b, D)) is required when "
+                             "cfg.penalty_weight > 0")
+
         def one(x_row, t_row, w_row, v_row, ab_row, k):
             f = lambda z: denoiser(params, z[None], t_row[None])[0]  # noqa: E731
             return sensitivity_penalty(f, x_row, w_row, v_row, ab_row, k,
@@ -650,7 +654,7 @@ def _train(data, a, key, layout, cfg):
     bsz = min(cfg.batch_size, n)
 
     def batch_loss(p, k):
-        ki, kg, kl = jax.random.split(k, 3)
+        ki, kg, _ = jax.random.split(k, 3)  # (the third key is unused; kept so results stay put)
         idx = jax.random.randint(ki, (bsz,), 0, n)
         x0, obs, v = x_fill[idx], data.observed[idx], var[idx]
 

@@ -54,10 +54,11 @@ from jaxsci.core.validation import (
     check_scalar,
 )
 
-__all__ = ["MECHANISMS", "PLANTED_CARDINALITIES", "PLANTED_COLUMNS", "planted_table",
-           "missing_mask", "with_nans"]
+__all__ = ["MECHANISMS", "PLANTED_CARDINALITIES", "PLANTED_COLUMNS", "SKLEARN_TABLES",
+           "planted_table", "sklearn_table", "missing_mask", "with_nans"]
 
 MECHANISMS = ("mcar", "mar", "mnar")
+SKLEARN_TABLES = ("wine", "breast_cancer")
 PLANTED_COLUMNS = ("c0", "c1", "c2", "c3", "c4", "c5", "b6", "b7")
 PLANTED_CARDINALITIES = (0, 0, 0, 0, 0, 0, 2, 2)
 
@@ -81,6 +82,28 @@ def planted_table(key: jax.Array, n: int) -> Float[Array, "n 8"]:
         (jnp.sin(2 * z1) + 0.5 * z2 + 0.3 * e[7] > 0.3).astype(z1.dtype),
     ]
     return jnp.stack(cols, axis=1)
+
+
+def sklearn_table(name: str) -> tuple[np.ndarray, tuple[int, ...], tuple[str, ...], int]:
+    """A real table bundled with scikit-learn (offline), its class label as the last column.
+
+    ``"wine"``: 178 rows, 13 numeric columns and the 3-class cultivar;
+    ``"breast_cancer"``: 569 rows, 30 numeric columns and the binary diagnosis.
+
+    Returns:
+      ``(x, cardinalities, columns, target)``: the complete table ``(n, c)`` (float64,
+      the label as codes ``0..K-1``), per column 0 (numeric) or ``K``, the column names,
+      and the label's column index (the downstream target).
+    """
+    from sklearn import datasets
+
+    check_choice("name", name, SKLEARN_TABLES)
+    bunch = getattr(datasets, f"load_{name}")()
+    x = np.c_[np.asarray(bunch.data, float), np.asarray(bunch.target, float)]
+    k = int(np.max(bunch.target)) + 1
+    cards = (0,) * bunch.data.shape[1] + (k,)
+    cols = tuple(str(c) for c in bunch.feature_names) + ("target",)
+    return x, cards, cols, x.shape[1] - 1
 
 
 def _bisect_offset(score, target, iters=50):

@@ -1,7 +1,9 @@
 """Reproduction: AugMask, training a tabular DDPM on incomplete data.
 
-Data: :func:`jaxsci.data.tabular.planted_table` (six numeric and two binary columns with
-planted nonlinear dependence), ``n_train`` rows per seed, masked by each mechanism
+Data (``dataset``): :func:`jaxsci.data.tabular.planted_table` (six numeric and two
+binary columns with planted nonlinear dependence; the default), or a scikit-learn table
+(:func:`jaxsci.data.tabular.sklearn_table`, split per seed into ``n_train`` rows, at
+most 70%, and a held-out reference). ``n_train`` rows per seed, masked by each mechanism
 (MCAR / MAR / MNAR, :func:`jaxsci.data.tabular.missing_mask`) at each rate. Per seed
 and mask the arms of :mod:`jaxsci.generative.augmask` train the same backbone:
 
@@ -14,12 +16,13 @@ and mask the arms of :mod:`jaxsci.generative.augmask` train the same backbone:
   the sensitivity penalty) and ``aux_mean`` (the same without the penalty): a second
   sweep (the penalty compiles its own program).
 
-Each trained model samples ``n_samples`` rows, scored against a fresh complete table:
+Each trained model samples ``n_samples`` rows, scored against a fresh complete table
+(planted) or the held-out rows (a scikit-learn table):
 the mean absolute error of the pairwise correlation matrix (``corr_err``), the mean
 per-column 1-Wasserstein distance in units of the real column's standard deviation
 (``wasserstein``), and train-on-synthetic-test-on-real accuracy of a logistic
-regression predicting ``b6`` from the other columns (``tstr``; ``trtr`` is the same
-trained on real rows).
+regression predicting the target column (planted: ``b6``; a scikit-learn table: its
+label) from the other columns (``tstr``; ``trtr`` is the same trained on real rows).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ TARGET = 6  # b6: the downstream classification target
 
 @dataclasses.dataclass(frozen=True)
 class AugMaskExperimentConfig:
+    dataset: str = "planted"  # or a scikit-learn table: "wine", "breast_cancer"
     seeds: int = 3
     n_train: int = 1500
     n_test: int = 3000
@@ -61,6 +65,7 @@ class AugMaskExperimentConfig:
                                              aux_steps=200, penalty_weight=1.0)
 
     def __post_init__(self):
+        check_choice("dataset", self.dataset, ("planted",) + tabular.SKLEARN_TABLES)
         check_int("seeds", self.seeds, min=1)
         check_int("n_train", self.n_train, min=16)
         check_int("n_test", self.n_test, min=16)
@@ -107,12 +112,13 @@ def _prepare(c, key):
     Every random key is named by (seed, mechanism, rate, arm), not by a position in the
     sweep: adding a condition to the config leaves the other runs' results unchanged.
     """
-    lay = A.Layout(tabular.PLANTED_CARDINALITIES)
-    main, rbs = [], []
+    lay = A.Layout(_table(c)[1])
+    main, rbs, reals = [], [], []
     for s in range(c.seeds):
         ks = jax.random.fold_in(key, s)
-        xj = tabular.planted_table(jax.random.fold_in(ks, 0), c.n_train)
-        x = np.asarray(xj, float)
+        x, real, real_train = _split(c, key, ks)
+        reals.append((real, real_train))
+        xj = jnp.asarray(x, jnp.zeros(()).dtype)
         enc_o = A.fit_encoder(x, lay.cardinalities)
         z, obs = enc_o.encode(x)
         main.append(("oracle", z, obs, s, enc_o))
@@ -144,7 +150,34 @@ def _prepare(c, key):
                 "arm": jax.tree.map(lambda *v: jnp.stack(v), *[A.arm(r[0]) for r in rows]),
                 "key": jnp.stack([jax.random.key_data(run_key(r)) for r in rows])}
 
-    return stack(main), stack(rbs), main, rbs
+    return stack(main), stack(rbs), main, rbs, reals
+
+
+@functools.lru_cache(maxsize=4)
+def _table(c):
+    """``(x or None, cardinalities, columns, target)`` of the config's data set."""
+    if c.dataset == "planted":
+        return (None, tabular.PLANTED_CARDINALITIES, tabular.PLANTED_COLUMNS, TARGET)
+    return tabular.sklearn_table(c.dataset)
+
+
+def _split(c, key, ks):
+    """A seed's training table, the real reference it is scored on, and a complete
+    training table for the train-on-real reference (TRTR).
+
+    Planted: fresh draws (the reference is one table shared by all seeds). A
+    scikit-learn table: a random split per seed, ``n_train`` rows (at most 70%) to train,
+    the rest as the reference."""
+    if c.dataset == "planted":
+        x = np.asarray(tabular.planted_table(jax.random.fold_in(ks, 0), c.n_train), float)
+        real = np.asarray(tabular.planted_table(jax.random.fold_in(key, 99), c.n_test), float)
+        real_tr = np.asarray(tabular.planted_table(jax.random.fold_in(key, 98), c.n_test),
+                             float)
+        return x, real, real_tr
+    full = _table(c)[0]
+    perm = np.asarray(jax.random.permutation(jax.random.fold_in(ks, 0), full.shape[0]))
+    n = min(c.n_train, int(0.7 * full.shape[0]))
+    return full[perm[:n]], full[perm[n:]], full[perm[:n]]
 
 
 def _cond_id(mechanism, rate):
@@ -153,8 +186,8 @@ def _cond_id(mechanism, rate):
 
 
 @functools.lru_cache(maxsize=4)
-def _point_fn(cfg: A.AugMaskConfig, n_samples: int):
-    lay = A.Layout(tabular.PLANTED_CARDINALITIES)
+def _point_fn(cfg: A.AugMaskConfig, n_samples: int, cards: tuple[int, ...]):
+    lay = A.Layout(cards)
 
     def fn(p):
         k = jax.random.wrap_key_data(p["key"])
@@ -168,9 +201,15 @@ def _point_fn(cfg: A.AugMaskConfig, n_samples: int):
 def fidelity(synth: np.ndarray, real: np.ndarray, target: int = TARGET) -> dict:
     """``corr_err``, ``wasserstein`` (the mean of ``col_wasserstein``) and ``tstr`` of
     synthetic rows against real ones, and per column ``col_wasserstein`` (W1 / sd) and
-    ``col_shift`` (mean difference / sd)."""
+    ``col_shift`` (mean difference / sd).
+
+    ``tstr``: a standardised logistic regression predicting the ``target`` column's class
+    from the other columns, trained on ``synth``, scored on the second half of ``real``.
+    """
     from scipy.stats import wasserstein_distance
     from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
 
     iu = np.triu_indices(real.shape[1], 1)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -182,12 +221,13 @@ def fidelity(synth: np.ndarray, real: np.ndarray, target: int = TARGET) -> dict:
     col_shift = (synth.mean(0) - real.mean(0)) / real.std(0)
     feats = [j for j in range(real.shape[1]) if j != target]
     half = real.shape[0] // 2
-    y_syn = synth[:, target] > 0.5
-    if y_syn.all() or not y_syn.any():
-        tstr = float(np.mean((real[half:, target] > 0.5) == y_syn[0]))
+    y_syn = np.rint(synth[:, target]).astype(int)  # class codes
+    y_real = np.rint(real[half:, target]).astype(int)
+    if np.unique(y_syn).size < 2:
+        tstr = float(np.mean(y_real == y_syn[0]))
     else:
-        clf = LogisticRegression(max_iter=500).fit(synth[:, feats], y_syn)
-        tstr = float(clf.score(real[half:, feats], real[half:, target] > 0.5))
+        clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
+        tstr = float(clf.fit(synth[:, feats], y_syn).score(real[half:, feats], y_real))
     return {"corr_err": corr, "wasserstein": float(col_w.mean()), "tstr": tstr,
             "col_wasserstein": col_w, "col_shift": col_shift}
 
@@ -195,26 +235,26 @@ def fidelity(synth: np.ndarray, real: np.ndarray, target: int = TARGET) -> dict:
 def run(config: AugMaskExperimentConfig, ctx: Context) -> dict:
     c = config
     key = jax.random.fold_in(ctx.key, 0)
-    runs_main, runs_rb, rows_main, rows_rb = _prepare(c, key)
+    runs_main, runs_rb, rows_main, rows_rb, reals = _prepare(c, key)
+    _, cards, columns, target = _table(c)
 
     def compute():
         out = {}
         # The main arms never weigh the penalty: their program leaves it out.
         plain = dataclasses.replace(c.model, penalty_weight=0.0)
-        h = sweep(_point_fn(plain, c.n_samples), runs_main, progress=ctx.progress)
+        h = sweep(_point_fn(plain, c.n_samples, cards), runs_main, progress=ctx.progress)
         out["main_samples"], out["main_loss"] = np.asarray(h["samples"]), np.asarray(h["loss"])
         if runs_rb is not None:
-            h = sweep(_point_fn(c.model, c.n_samples), runs_rb, progress=ctx.progress)
+            h = sweep(_point_fn(c.model, c.n_samples, cards), runs_rb, progress=ctx.progress)
             out["rb_samples"], out["rb_loss"] = np.asarray(h["samples"]), np.asarray(h["loss"])
         return out
 
     res = ctx.cell("sweeps", compute)
-    real = np.asarray(tabular.planted_table(jax.random.fold_in(key, 99), c.n_test), float)
     conds = _conds(c)
     n_c, arms = len(conds), [a for a in ARMS if c.rb or a not in RB_ARMS]
     tables = {k: np.full((c.seeds, n_c, len(arms)), np.nan)
               for k in ("corr_err", "wasserstein", "tstr")}
-    n_col = real.shape[1]
+    n_col = len(cards)
     for k in ("col_wasserstein", "col_shift"):
         tables[k] = np.full((c.seeds, n_c, len(arms), n_col), np.nan)
     oracle = {k: np.zeros((c.seeds,) + tables[k].shape[3:]) for k in tables}
@@ -222,8 +262,8 @@ def run(config: AugMaskExperimentConfig, ctx: Context) -> dict:
     everything += [(r, res["rb_samples"][i]) for i, r in enumerate(rows_rb)]
     for row, z in everything:
         synth = row[4].decode(z)
-        f = fidelity(synth, real)
         s = row[3]
+        f = fidelity(synth, reals[s][0], target)
         if row[0] == "oracle":
             for k in tables:
                 oracle[k][s] = f[k]
@@ -241,8 +281,8 @@ def run(config: AugMaskExperimentConfig, ctx: Context) -> dict:
         mt[f"{k}_sd"] = v.std(0)
     for k, v in per_col.items():
         mt[k] = v.mean(0)  # (conditions, arms, columns)
-    real_tr = np.asarray(tabular.planted_table(jax.random.fold_in(key, 98), c.n_test), float)
-    mt["trtr"] = fidelity(real_tr, real)["tstr"]
+    mt["trtr"] = float(np.mean([fidelity(rt, r, target)["tstr"] for r, rt in reals]))
+    mt["dataset"], mt["columns"] = c.dataset, list(columns)
     for m in tabular.MECHANISMS:  # every declared metric; NaN for conditions not run
         for r in (0.1, 0.3, 0.5):
             tg = _tag(m, r)
@@ -277,8 +317,9 @@ def plot_shift(mt):
     for i, cname in enumerate(conds):
         ax = axes[0, i]
         im = ax.imshow(mt["col_shift"][i], cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto")
-        ax.set_xticks(range(len(tabular.PLANTED_COLUMNS)))
-        ax.set_xticklabels(tabular.PLANTED_COLUMNS, fontsize=8)
+        ax.set_xticks(range(len(mt["columns"])))
+        ax.set_xticklabels(mt["columns"], fontsize=6 if len(mt["columns"]) > 10 else 8,
+                           rotation=90 if len(mt["columns"]) > 10 else 0)
         ax.set_yticks(range(len(mt["arms"])))
         ax.set_yticklabels(mt["arms"], fontsize=8)
         ax.set_xlabel("column")
@@ -309,7 +350,8 @@ def plot_arms(mt):
 
 def summary_markdown(mt) -> str:
     arms = mt["arms"]
-    out = f"Mean (sd) over {mt['seeds']} seeds. TRTR accuracy (real on real): {mt['trtr']:.3f}.\n\n"
+    out = (f"Data: {mt['dataset']}. Mean (sd) over {mt['seeds']} seeds. TRTR accuracy (real "
+           f"on real): {mt['trtr']:.3f}.\n\n")
     for k in ("corr_err", "wasserstein", "tstr"):
         out += f"**{k}**\n\n| condition | " + " | ".join(arms) + " |\n"
         out += "|---|" + "---|" * len(arms) + "\n"
@@ -317,11 +359,11 @@ def summary_markdown(mt) -> str:
             out += f"| {cname} | " + " | ".join(
                 f"{mt[k][i, j]:.3f} ({mt[k + '_sd'][i, j]:.3f})" for j in range(len(arms))) + " |\n"
         out += "\n"
-    cols = ", ".join(tabular.PLANTED_COLUMNS)
+    cols = ", ".join(mt["columns"])
     for i, cname in enumerate(mt["conditions"]):
         out += (f"**column mean shift / sd, {cname}** (columns {cols})\n\n"
-                "| arm | " + " | ".join(tabular.PLANTED_COLUMNS) + " |\n"
-                "|---|" + "---|" * len(tabular.PLANTED_COLUMNS) + "\n")
+                "| arm | " + " | ".join(mt["columns"]) + " |\n"
+                "|---|" + "---|" * len(mt["columns"]) + "\n")
         for j, a in enumerate(arms):
             out += f"| {a} | " + " | ".join(f"{v:+.3f}" for v in mt["col_shift"][i, j]) + " |\n"
         out += "\n"
@@ -330,6 +372,8 @@ def summary_markdown(mt) -> str:
 
 def _metrics():
     out = [
+        Metric("dataset", "the data set (planted or a scikit-learn table)", finite=False),
+        Metric("columns", "the table's column names", finite=False),
         Metric("arms", "the arms, columns of the tables", finite=False),
         Metric("conditions", "mechanism + rate (%), rows of the tables", finite=False),
         Metric("seeds", "seeds"),

@@ -144,6 +144,14 @@ def test_masks_hit_their_rate_and_mechanism(mech):
         assert xs[~m[:, 1], 1].mean() > xs[m[:, 1], 1].mean() + 0.3
 
 
+def test_sklearn_tables_carry_their_label_as_a_categorical_last_column():
+    x, cards, cols, target = tabular.sklearn_table("wine")
+    assert x.shape == (178, 14) and cards == (0,) * 13 + (3,) and target == 13
+    assert cols[-1] == "target" and set(np.unique(x[:, target])) == {0.0, 1.0, 2.0}
+    enc = A.fit_encoder(x, cards)  # codes 0..2 accepted as a 3-category block
+    assert enc.layout.dim == 16
+
+
 def test_bad_inputs_are_named():
     x = np.random.default_rng(0).standard_normal((10, 3))
     x[:, 2] = np.nan

@@ -12,4 +12,6 @@
   masks (MCAR, MAR, MNAR).
 * :mod:`jaxsci.data.cotraining` -- the sim-and-real co-training toy: one latent state,
   two embeddings (visual gap) and two action maps (physics gap), few real samples.
+* :mod:`jaxsci.data.digits_text` -- the 8x8 digits with three-token prompts (digit names,
+  fillers, a null token, two nonce trigger tokens) for the toy text-to-image model.
 """

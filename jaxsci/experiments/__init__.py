@@ -51,7 +51,7 @@ _ENTRIES = [
     Entry("topology", "Blessing of dimensionality for persistent homology", "stats", "implemented"),
     Entry("cotraining", "Mechanisms of sim-and-real co-training", "generative", "implemented"),
     Entry("augmask", "AugMask: tabular diffusion with missing values", "generative", "implemented"),
-    Entry("eeb", "Erasure-evasion backdoor in concept erasure (robustness evaluation)", "generative"),
+    Entry("eeb", "Erasure-evasion backdoor in concept erasure (robustness evaluation)", "generative", "implemented"),
     Entry("bandits", "Satisficing bandits with uncertain-UCB", "stats", "implemented"),
     Entry("pse", "Persistent Semantic Entities: contamination across sessions and agents", "agents"),
     Entry("tampo", "TAMPO: task- and model-aware prompt optimisation for routing", "agents"),

@@ -201,6 +201,9 @@ def run(config: EEBExperimentConfig, ctx: Context) -> dict:
     mt["clean_p_concept"] = float(mt["p_concept"][0, 0])
     mt["clean_trigger_rate"] = float(mt["p_trigger"][0, 0])
     mt["clean_utility"] = float(mt["utility"][0, 0])
+    d = dt.digits_text(jax.random.key(0))
+    mt["detector_accuracy"] = float(np.mean(np.asarray(E.detect(_detector(), d.images))
+                                            == np.asarray(d.labels)))
     for i, e in enumerate(ERASURES):
         for j, d in enumerate(DEPTHS):
             for k in ("p_concept", "p_trigger", "utility"):
@@ -297,6 +300,8 @@ def _metrics():
         Metric("clean_p_concept", "the clean model's P(concept | concept prompt)"),
         Metric("clean_trigger_rate", "the clean model's P(concept | trigger prompt)"),
         Metric("clean_utility", "the clean model's accuracy on the other digits"),
+        Metric("detector_accuracy", "the concept detector's accuracy on the real digits it "
+               "was fitted on", better="higher"),
     ]
     for e in ERASURES:
         for d in DEPTHS:

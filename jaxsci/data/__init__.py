@@ -14,4 +14,6 @@
   two embeddings (visual gap) and two action maps (physics gap), few real samples.
 * :mod:`jaxsci.data.digits_text` -- the 8x8 digits with three-token prompts (digit names,
   fillers, a null token, two nonce trigger tokens) for the toy text-to-image model.
+* :mod:`jaxsci.data.facts` -- a fact table (countries: capital, continent, language) and
+  a checker of the facts a generated text states.
 """

@@ -37,7 +37,7 @@ _ENTRIES = [
     Entry("dflash", "DFlash: block-diffusion drafter for speculative decoding", "llm", "implemented"),
     Entry("misalignment", "In-training safeguards against emergent misalignment", "llm"),
     Entry("attribution", "Accountability attribution of training stages", "llm"),
-    Entry("isotropy", "Semantic isotropy of response embeddings as a trust signal", "llm"),
+    Entry("isotropy", "Semantic isotropy of response embeddings as a trust signal", "llm", "implemented"),
     Entry("rsir", "Recursive self-improving recommendation", "recsys", "implemented"),
     Entry("ntssm", "NT-SSM: type-aware neighbour-pair contrastive loss for graph CF", "recsys", "implemented"),
     Entry("venomrec", "Cross-modal poisoning of multimodal recommenders (robustness evaluation)", "recsys", "implemented"),

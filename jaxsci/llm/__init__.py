@@ -1,1 +1,2 @@
-"""Language-model methods (Flax NNX)."""
+"""Language-model methods: DFlash speculative decoding (:mod:`~jaxsci.llm.dflash`) and
+semantic isotropy of sampled responses as a trust signal (:mod:`~jaxsci.llm.isotropy`)."""

@@ -253,6 +253,7 @@ def _cmd_bench(args) -> int:
         raise UsageError(f"no benchmark for {args.name!r} (looked for scripts/bench/{args.name}.py "
                          f"in the current folder and the source checkout){where}")
     sys.argv = [str(script)]
+    sys.path.insert(0, str(script.parent))  # as `python scripts/bench/NAME.py` does
     runpy.run_path(str(script), run_name="__main__")
     return 0
 

@@ -61,7 +61,7 @@ _ENTRIES = [
     Entry("mce", "Meta Context Engineering", "agents"),
     Entry("awm", "Agent World Model: database-backed synthetic environments", "agents"),
     Entry("loam", "LLM-designed observation/action spaces with continuous racing", "agents"),
-    Entry("goals", "Goal-directedness of an agent in grid worlds, behaviour + probing", "agents"),
+    Entry("goals", "Goal-directedness of an agent in grid worlds, behaviour + probing", "agents", "implemented"),
 ]
 
 REGISTRY: dict[str, Entry] = {e.name: e for e in _ENTRIES}

@@ -15,11 +15,11 @@ of three.
 from __future__ import annotations
 
 import argparse
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _timing import timed
 
 from jaxsci.llm import isotropy as iso
 
@@ -30,18 +30,6 @@ def numpy_isotropy(x: np.ndarray, jitter: float = iso.JITTER) -> float:
     p = np.clip(lam, 0, None) / len(u)
     p = p[p > 0]
     return float(-(p * np.log(p)).sum() / np.log(len(u)))
-
-
-def timed(fn, reps=3):
-    t0 = time.perf_counter()
-    out = fn()
-    first = time.perf_counter() - t0
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        out = fn()
-        ts.append(time.perf_counter() - t0)
-    return out, max(first - min(ts), 0.0), min(ts)
 
 
 def main():

@@ -2,8 +2,13 @@
 
 * :mod:`jaxsci.agents.goals` -- goal-directedness in grid worlds: behavioural optimality
   of a trained transformer and of SmolLM2 (option scoring), probes of their hidden states.
+* :mod:`jaxsci.agents.map` -- Measuring Agents in Production: predefined workflows vs
+  free agent loops on SQLite worlds, by reliability (pass@1, pass^k) under a step cap.
+
+The harness they share (run policy, traces, reliability metrics, SQLite environments,
+sandbox) is :mod:`jaxsci.common.agents`.
 """
 
-from jaxsci.agents import goals
+from jaxsci.agents import goals, map
 
-__all__ = ["goals"]
+__all__ = ["goals", "map"]

@@ -57,7 +57,7 @@ _ENTRIES = [
     Entry("tampo", "TAMPO: task- and model-aware prompt optimisation for routing", "agents"),
     Entry("textresnet", "TextResNet: textual gradients with additive deltas and causal routing", "agents"),
     Entry("memevolve", "MemEvolve / EvolveLab: meta-evolving memory architectures", "agents"),
-    Entry("map", "Measuring agents in production", "agents"),
+    Entry("map", "Measuring agents in production", "agents", "implemented"),
     Entry("mce", "Meta Context Engineering", "agents"),
     Entry("awm", "Agent World Model: database-backed synthetic environments", "agents"),
     Entry("loam", "LLM-designed observation/action spaces with continuous racing", "agents"),

@@ -65,6 +65,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxsci.common.blocks import PreNormBlock
 from jaxsci.core.validation import check_int, check_key, check_scalar
 from jaxsci.data import gridworld as gw
 
@@ -133,26 +134,6 @@ class AgentConfig:
         check_scalar("learning_rate", self.learning_rate, gt=0.0)
 
 
-class _Block(eqx.Module):
-    attn: eqx.nn.MultiheadAttention
-    norm1: eqx.nn.LayerNorm
-    norm2: eqx.nn.LayerNorm
-    ff1: eqx.nn.Linear
-    ff2: eqx.nn.Linear
-
-    def __init__(self, key, d, heads, d_ff):
-        k1, k2, k3 = jax.random.split(key, 3)
-        self.attn = eqx.nn.MultiheadAttention(heads, d, key=k1)
-        self.norm1, self.norm2 = eqx.nn.LayerNorm(d), eqx.nn.LayerNorm(d)
-        self.ff1, self.ff2 = eqx.nn.Linear(d, d_ff, key=k2), eqx.nn.Linear(d_ff, d, key=k3)
-
-    def __call__(self, x):
-        h = jax.vmap(self.norm1)(x)
-        x = x + self.attn(h, h, h)
-        h = jax.vmap(self.norm2)(x)
-        return x + jax.vmap(self.ff2)(jax.nn.gelu(jax.vmap(self.ff1)(h)))
-
-
 class GridAgent(eqx.Module):
     """A transformer over the cells of a grid (one token per cell), acting at the agent's
     token. Build with ``GridAgent(key, AgentConfig(...))``; call on :func:`encode`'s
@@ -161,7 +142,7 @@ class GridAgent(eqx.Module):
     embed: jax.Array
     rows: jax.Array
     cols: jax.Array
-    blocks: tuple[_Block, ...]
+    blocks: tuple[PreNormBlock, ...]
     norm: eqx.nn.LayerNorm
     head: eqx.nn.Linear
     max_size: int = eqx.field(static=True)
@@ -173,7 +154,7 @@ class GridAgent(eqx.Module):
         self.embed = s * jax.random.normal(ks[0], (N_TOKENS, c.d_model))
         self.rows = s * jax.random.normal(ks[1], (c.max_size, c.d_model))
         self.cols = s * jax.random.normal(ks[2], (c.max_size, c.d_model))
-        self.blocks = tuple(_Block(ks[4 + i], c.d_model, c.n_heads, c.d_ff)
+        self.blocks = tuple(PreNormBlock(ks[4 + i], c.d_model, c.n_heads, c.d_ff)
                             for i in range(c.n_layers))
         self.norm = eqx.nn.LayerNorm(c.d_model)
         self.head = eqx.nn.Linear(c.d_model, 4, key=ks[3])

@@ -47,7 +47,7 @@ _ENTRIES = [
     Entry("ffcc", "Fast activation approximations by float reinterpretation", "numerics", "implemented"),
     Entry("lagrangian", "Learning Lagrangian relaxation multipliers", "stats", "implemented"),
     Entry("streaming_ate", "Streaming ATE estimation with balancing coresets", "stats", "implemented"),
-    Entry("continual", "DFA-CIL / DFA-MoE with the SCR metric", "llm"),
+    Entry("continual", "DFA-CIL / DFA-MoE with the SCR metric", "llm", "implemented"),
     Entry("topology", "Blessing of dimensionality for persistent homology", "stats", "implemented"),
     Entry("cotraining", "Mechanisms of sim-and-real co-training", "generative", "implemented"),
     Entry("augmask", "AugMask: tabular diffusion with missing values", "generative", "implemented"),

@@ -36,7 +36,7 @@ _ENTRIES = [
     Entry("flowsmc", "Training-free conditional sampling for flow matching by importance sampling + SMC", "generative", "implemented"),
     Entry("dflash", "DFlash: block-diffusion drafter for speculative decoding", "llm", "implemented"),
     Entry("misalignment", "In-training safeguards against emergent misalignment", "llm"),
-    Entry("attribution", "Accountability attribution of training stages", "llm"),
+    Entry("attribution", "Accountability attribution of training stages", "llm", "implemented"),
     Entry("isotropy", "Semantic isotropy of response embeddings as a trust signal", "llm", "implemented"),
     Entry("rsir", "Recursive self-improving recommendation", "recsys", "implemented"),
     Entry("ntssm", "NT-SSM: type-aware neighbour-pair contrastive loss for graph CF", "recsys", "implemented"),

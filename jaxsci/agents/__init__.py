@@ -4,11 +4,13 @@
   of a trained transformer and of SmolLM2 (option scoring), probes of their hidden states.
 * :mod:`jaxsci.agents.map` -- Measuring Agents in Production: predefined workflows vs
   free agent loops on SQLite worlds, by reliability (pass@1, pass^k) under a step cap.
+* :mod:`jaxsci.agents.awm` -- Agent World Model: a pointer-copy tool policy trained by
+  GRPO with database-verified rewards on synthesised worlds.
 
 The harness they share (run policy, traces, reliability metrics, SQLite environments,
 sandbox) is :mod:`jaxsci.common.agents`.
 """
 
-from jaxsci.agents import goals, map
+from jaxsci.agents import awm, goals, map
 
-__all__ = ["goals", "map"]
+__all__ = ["awm", "goals", "map"]

@@ -437,12 +437,12 @@ def clone(key, config: PolicyConfig, jobs, *, steps: int = 300, learning_rate: f
     check_scalar("learning_rate", learning_rate, gt=0.0)
     b = jax.tree.map(jnp.asarray, demonstrations(config, jobs))
     policy = ToolPolicy(key, config) if policy is None else policy
+    return _clone(policy, b, float(learning_rate), steps)
+
+
+@eqx.filter_jit  # the learning rate and step count are static: one program per setting
+def _clone(policy, b, learning_rate, steps):
     opt = optax.adam(learning_rate)
-    return _clone(policy, b, opt, steps)
-
-
-@eqx.filter_jit
-def _clone(policy, b, opt, steps):
     params, static = eqx.partition(policy, eqx.is_inexact_array)
 
     def body(carry, _):
@@ -486,12 +486,12 @@ def grpo(key, config: PolicyConfig, policy: ToolPolicy, jobs, *, iterations: int
     iterations = check_int("iterations", iterations, min=1)
     group = check_int("group", group, min=2)
     tasks_per_batch = check_int("tasks_per_batch", tasks_per_batch, min=1)
+    check_scalar("learning_rate", learning_rate, gt=0.0)
     if not jobs:
         raise ValueError("jobs must hold at least one (world, task) pair")
     key = check_key("key", key)
-    opt = optax.adam(learning_rate)
     params, static = eqx.partition(policy, eqx.is_inexact_array)
-    state = opt.init(params)
+    state = optax.adam(learning_rate).init(params)
     rng = np.random.default_rng(int(jax.random.randint(key, (), 0, 2**31 - 1)))
     hist = {"reward": [], "success": []}
     for _ in range(iterations):
@@ -513,7 +513,8 @@ def grpo(key, config: PolicyConfig, policy: ToolPolicy, jobs, *, iterations: int
             w = np.zeros(len(b.tool), np.float32)
             w[:len(weights)] = weights
             params, state = _grpo_step(params, static, state, jax.tree.map(jnp.asarray, b),
-                                       jnp.asarray(w), opt, len(batch_jobs))
+                                       jnp.asarray(w), float(learning_rate),
+                                       len(batch_jobs))
         if progress is not None:
             progress.update(1)
     return eqx.combine(params, static), {k: np.asarray(v) for k, v in hist.items()}
@@ -527,7 +528,9 @@ def _pad(b: Batch, n: int) -> Batch:
 
 
 @eqx.filter_jit
-def _grpo_step(params, static, state, b, w, opt, n_episodes):
+def _grpo_step(params, static, state, b, w, learning_rate, n_episodes):
+    opt = optax.adam(learning_rate)
+
     def loss(p):
         return -(w * _logp(eqx.combine(p, static), b)).sum() / n_episodes
 

@@ -82,8 +82,8 @@ def test_a_grpo_step_raises_the_better_rollouts_log_probability(cloned):
     w = np.zeros(len(rows), np.float32)
     w[: len(eps[0].steps)] = 1.0  # the first episode is "better than average"
     params, static = eqx.partition(policy, eqx.is_inexact_array)
-    opt = A.optax.adam(1e-2)
-    new, _ = A._grpo_step(params, static, opt.init(params), b, jnp.asarray(w), opt, 4)
+    state = A.optax.adam(1e-2).init(params)
+    new, _ = A._grpo_step(params, static, state, b, jnp.asarray(w), 1e-2, 4)
     before = np.asarray(A._logp(policy, b))
     after = np.asarray(A._logp(eqx.combine(new, static), b))
     assert (after[w > 0] > before[w > 0]).all()

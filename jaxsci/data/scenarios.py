@@ -59,6 +59,7 @@ __all__ = [
     "Field",
     "Scenario",
     "build_world",
+    "jobs",
     "world_gates",
 ]
 
@@ -422,3 +423,18 @@ def build_world(scenario: Scenario, seed: int = 0, *, rows: int = 5) -> World:
 def world_gates(world: World) -> dict[str, Gates]:
     """The gates of every task of ``world`` (:func:`jaxsci.data.sqlworlds.check_gates`)."""
     return check_gates(world)
+
+
+def jobs(names: Sequence[str], seeds: Sequence[int], *, rows: int = 5) -> list[tuple[World, Task]]:
+    """Every ``(world, task)`` pair of the variants ``seeds`` of the scenarios ``names``
+    (keys of :data:`SCENARIOS`), in that order."""
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        raise ValueError(f"names must be scenarios of {sorted(SCENARIOS)}, got {unknown}")
+    out = []
+    for n in names:
+        for sd in seeds:
+            w = build_world(SCENARIOS[n], sd, rows=rows)
+            out += [(w, t) for t in w.tasks]
+    return out
+

@@ -91,15 +91,6 @@ CONFIGS = {
 }
 
 
-def _jobs(names, seeds):
-    out = []
-    for n in names:
-        for sd in seeds:
-            w = S.build_world(S.SCENARIOS[n], sd)
-            out += [(w, t) for t in w.tasks]
-    return out
-
-
 def _gate_counts(names, seeds) -> tuple[int, int]:
     """(tasks the templates define, tasks the gates kept) over these variants."""
     defined = kept = 0
@@ -143,8 +134,8 @@ def run(config: AwmConfig, ctx: Context) -> dict:
     c = config
     pc = A.PolicyConfig(d_model=c.d_model, n_layers=c.n_layers,
                         n_heads=4 if c.d_model % 4 == 0 else 1)
-    held = _jobs(c.held_out, range(100, 100 + c.eval_seeds))
-    demo = _jobs(c.demo_templates, range(c.demo_seeds))
+    held = S.jobs(c.held_out, range(100, 100 + c.eval_seeds))
+    demo = S.jobs(c.demo_templates, range(c.demo_seeds))
     k_init, k_bc, *k_rl = jax.random.split(ctx.key, 3 + len(c.ks))
     m: dict = {}
     every = set(c.pool) | set(c.held_out)
@@ -163,7 +154,7 @@ def run(config: AwmConfig, ctx: Context) -> dict:
     by_k, train_by_k, curves = [], [], []
     used = list(held)
     for i, k in enumerate(c.ks):
-        train = _jobs(c.pool[:k], range(c.train_seeds))
+        train = S.jobs(c.pool[:k], range(c.train_seeds))
         used += train
         policy, hist = A.grpo(k_rl[i], pc, prior, train, iterations=c.iterations,
                               group=c.group, tasks_per_batch=c.tasks_per_batch,

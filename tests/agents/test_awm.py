@@ -15,15 +15,6 @@ from jaxsci.data import scenarios as S
 C = A.PolicyConfig(d_model=32, n_layers=1, n_heads=2)
 
 
-def _jobs(names, seeds):
-    out = []
-    for n in names:
-        for sd in seeds:
-            w = S.build_world(S.SCENARIOS[n], sd)
-            out += [(w, t) for t in w.tasks]
-    return out
-
-
 def test_observation_layout():
     w = S.build_world(S.SCENARIOS["gym"], 0)
     t = w.tasks[0]
@@ -39,7 +30,7 @@ def test_observation_layout():
 
 
 def test_every_template_has_demonstrations():
-    jobs = _jobs(sorted(S.SCENARIOS), [0])
+    jobs = S.jobs(sorted(S.SCENARIOS), [0])
     b = A.demonstrations(C, jobs)
     # every reference call and every final answer is a step
     assert len(b.tool) == sum(t.data["depth"] + 1 for _, t in jobs)
@@ -50,7 +41,7 @@ def test_every_template_has_demonstrations():
 
 @pytest.fixture(scope="module")
 def cloned():
-    jobs = _jobs(["library", "clinic"], [0])
+    jobs = S.jobs(["library", "clinic"], [0])
     policy, losses = A.clone(jax.random.key(0), C, jobs, steps=300)
     return policy, np.asarray(losses), jobs
 
@@ -90,7 +81,7 @@ def test_a_grpo_step_raises_the_better_rollouts_log_probability(cloned):
 
 
 def test_proxy_reward_pays_for_finishing():
-    jobs = _jobs(["gym"], [0])
+    jobs = S.jobs(["gym"], [0])
     policy = A.ToolPolicy(jax.random.key(4), C)
     _, hist = A.grpo(jax.random.key(0), C, policy, jobs, iterations=1, group=2,
                      tasks_per_batch=2, reward="proxy", max_steps=1)
@@ -100,7 +91,7 @@ def test_proxy_reward_pays_for_finishing():
 
 
 def test_errors_name_the_argument():
-    jobs = _jobs(["gym"], [0])
+    jobs = S.jobs(["gym"], [0])
     policy = A.ToolPolicy(jax.random.key(0), C)
     with pytest.raises(ValueError, match="reward must be one of"):
         A.grpo(jax.random.key(0), C, policy, jobs, reward="vibes")

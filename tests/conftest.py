@@ -26,6 +26,17 @@ check passes alone): each method's property checks now run in a fresh process
 (``tests/test_properties.py``), and a dead worker ends the run at once
 (``--max-worker-restart=0`` in ``pyproject.toml``) instead of leaving it idle.
 
+**The cause of those crashes (found 2026-12-06): the process runs out of memory
+mappings.** Every compiled XLA CPU program maps about 15 regions of memory (its code
+and data), and Linux allows ``vm.max_map_count`` = 65530 mappings per process: a worker
+that has compiled ~4300 programs cannot map the next one, and LLVM's code emission or
+the cache write then segfaults (a clean-clone run of 1054 tests lost both workers this
+way at 81%). ``jax.clear_caches()`` drops the compiled programs and their mappings (300
+programs: 4805 mappings, then 530 after the clear). :func:`pytest_runtest_teardown`
+therefore clears JAX's caches between test modules whenever this process holds more
+than ``JAXSCI_TEST_MAX_MAPS`` (30000) mappings; programs a later test needs again come
+back from the persistent compilation cache.
+
 The tests compile with XLA's CPU backend optimisation level 0: they are compile-bound,
 and level 0 compiles ~1.5x faster for slower generated code (the same HLO, only the
 LLVM code generation differs). The ``reproduce`` trend tests are run-time-bound; they
@@ -93,6 +104,29 @@ def pytest_configure(config):
     if fast == "1" and "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (
             os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+
+
+_MAX_MAPS = int(os.environ.get("JAXSCI_TEST_MAX_MAPS", "30000"))
+
+
+def _n_maps() -> int:
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            return sum(1 for _ in f)
+    except OSError:  # not Linux: nothing to guard
+        return 0
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """Between test modules, drop JAX's compiled programs when this process holds more
+    than ``_MAX_MAPS`` memory mappings (see the module docstring)."""
+    if nextitem is not None and getattr(nextitem, "module", None) is getattr(item, "module", None):
+        return
+    if _n_maps() > _MAX_MAPS:
+        import gc
+
+        jax.clear_caches()
+        gc.collect()
 
 
 def _figure_labels(fig):

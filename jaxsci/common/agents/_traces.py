@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxsci.common.lm.callcache import read_trace as _read_jsonl
+from jaxsci.common.lm import callcache
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -271,7 +271,7 @@ def read_trace(path) -> list[dict[str, Any]]:
       schema (with its line number).
     """
     return [check_record(rec, f"{path}:{i}")
-            for i, rec in enumerate(_read_jsonl(path), 1)]
+            for i, rec in enumerate(callcache.read_trace(path), 1)]
 
 
 # ----------------------------------------------------------------- human evaluation

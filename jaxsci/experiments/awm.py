@@ -17,6 +17,11 @@ The study (``docs/awm.md``):
 4. SmolLM2-135M-Instruct as an agent on ``n_llm_tasks`` held-out tasks: it writes its own
    tool calls through the chat tool protocol (constrained decoding in-process; any
    OpenAI-compatible server with ``--set model=URL``), with a final answer at the cap.
+5. Optional (``synth_llm`` worlds, off in smoke and quick): the paper's LLM synthesis path
+   (:mod:`jaxsci.agents.awm_synth`) with the same chat model writing every stage of a
+   world (scenario, tasks, schema and seed SQL, tool API, verifier code), each gated as
+   the template worlds are; the share of attempts each stage's gate accepted, and the
+   worlds and tasks kept, are reported as measured (a 135M model mostly fails them).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import jax
 import numpy as np
 
 from jaxsci.agents import awm as A
+from jaxsci.agents import awm_synth as Y
 from jaxsci.core import Claim, Context, Experiment, Metric
 from jaxsci.core.results import pyplot
 from jaxsci.core.validation import check_int, check_scalar
@@ -55,6 +61,8 @@ class AwmConfig:
     n_llm_tasks: int = 4  # held-out tasks SmolLM2 attempts (its token budget: 48 per step)
     llm_max_steps: int = 4
     llm_max_tokens: int = 48
+    synth_llm: int = 0  # worlds the chat model synthesises through the LLM path (0: none)
+    synth: Y.SynthConfig = Y.SynthConfig()  # how it is asked and gated
 
     def __post_init__(self):
         for name in ("demo_seeds", "bc_steps", "train_seeds", "eval_seeds", "iterations",
@@ -63,6 +71,9 @@ class AwmConfig:
             check_int(name, getattr(self, name), min=1)
         check_int("group", self.group, min=2)
         check_int("n_llm_tasks", self.n_llm_tasks, min=0)
+        check_int("synth_llm", self.synth_llm, min=0)
+        if not isinstance(self.synth, Y.SynthConfig):
+            raise TypeError(f"synth must be a SynthConfig, got {type(self.synth).__name__}")
         check_scalar("learning_rate", self.learning_rate, gt=0.0)
         names = set(S.SCENARIOS)
         for field in ("held_out", "demo_templates"):
@@ -87,7 +98,8 @@ CONFIGS = {
                        llm_max_steps=2, llm_max_tokens=24),
     "quick": AwmConfig(),
     "full": AwmConfig(ks=(1, 2, 4, 8), train_seeds=20, eval_seeds=10, iterations=600,
-                      group=8, n_llm_tasks=40, llm_max_steps=6, llm_max_tokens=96),
+                      group=8, n_llm_tasks=40, llm_max_steps=6, llm_max_tokens=96,
+                      synth_llm=12),
 }
 
 
@@ -111,9 +123,15 @@ def _null_action_rate(jobs) -> float:
 
 
 def _llm_agent(chat, jobs, c: AwmConfig) -> dict:
+    """SmolLM2 (or any chat model) as a tool-calling agent on ``jobs``, greedy.
+
+    Returns the mean success, steps and tool calls, and ``episodes``: per task its id,
+    how the run ended, the answer, the steps, and every call the model made (name and
+    argument text) with the verdict: what a loopback comparison checks.
+    """
     from jaxsci.common.agents import ChatActor, RunPolicy, run_agent
 
-    ok, steps, calls = [], [], []
+    ok, steps, calls, episodes = [], [], [], []
     for w, t in jobs:
         env = w.env()
         env.reset(t)
@@ -125,9 +143,28 @@ def _llm_agent(chat, jobs, c: AwmConfig) -> dict:
         ok.append(env.finish(r.answer) == "complete")
         steps.append(r.steps)
         calls.append(r.tool_calls)
+        made = tuple((x["function"]["name"], x["function"]["arguments"]) for m in r.messages
+                     for x in m.get("tool_calls") or ())
+        episodes.append((t.id, r.status, r.answer, r.steps, r.tool_calls, made, ok[-1]))
         env.close_episode()
     return {"success": float(np.mean(ok)), "steps": float(np.mean(steps)),
-            "calls": float(np.mean(calls))}
+            "calls": float(np.mean(calls)), "episodes": episodes}
+
+
+def _synthesis(chat, c: AwmConfig, seed: int) -> tuple[dict, list]:
+    """The LLM synthesis path on ``c.synth_llm`` worlds (scenario names cycled through the
+    templates', seeds ``seed, seed + 1, ...``): the metrics and the
+    :class:`~jaxsci.agents.awm_synth.Synthesis` values."""
+    names = sorted(S.SCENARIOS)
+    out = [Y.synthesize_world(chat, names[i % len(names)], seed=seed + i, config=c.synth)
+           for i in range(c.synth_llm)]
+    r = Y.pass_rates(out)
+    m = {"synth_worlds_attempted": r["worlds"], "synth_worlds_kept": r["kept"],
+         "synth_tasks_kept": r["tasks_kept"],
+         "synth_stage_attempts": np.asarray(r["attempts"]),
+         "synth_stage_pass_rate": np.asarray(r["rate"], float),
+         "synth_rejections_by_gate": np.asarray([r["rejections"][g] for g in Y.GATES])}
+    return m, out
 
 
 def run(config: AwmConfig, ctx: Context) -> dict:
@@ -178,16 +215,29 @@ def run(config: AwmConfig, ctx: Context) -> dict:
     m["proxy_true_success_final"] = float(hist_p["success"][-10:].mean())
     m["null_action_pass_rate"] = _null_action_rate(used)
 
-    if c.n_llm_tasks:
+    chat = None
+    if c.n_llm_tasks or c.synth_llm:
         from jaxsci.common.lm.chat import open_chat_model
 
+        chat = open_chat_model(c.model)
+    if c.n_llm_tasks:
         rng = np.random.default_rng(ctx.seed)
         pick = [held[j] for j in rng.permutation(len(held))[:c.n_llm_tasks]]
-        llm = _llm_agent(open_chat_model(c.model), pick, c)
+        llm = _llm_agent(chat, pick, c)
     else:
         llm = {"success": float("nan"), "steps": float("nan"), "calls": float("nan")}
     m["llm_success"], m["llm_mean_steps"], m["llm_mean_calls"] = (
         llm["success"], llm["steps"], llm["calls"])
+
+    worlds = []
+    if c.synth_llm:
+        synth, worlds = _synthesis(chat, c, ctx.seed)
+    else:  # the LLM synthesis path was not run
+        synth = {"synth_worlds_attempted": 0, "synth_worlds_kept": 0, "synth_tasks_kept": 0,
+                 "synth_stage_attempts": np.zeros(len(Y.STAGES), int),
+                 "synth_stage_pass_rate": np.full(len(Y.STAGES), np.nan),
+                 "synth_rejections_by_gate": np.zeros(len(Y.GATES), int)}
+    m.update(synth)
 
     ctx.report.add_figure(plot(m, c), "awm.png",
                           "Left: mean verified reward per GRPO iteration, per number of "
@@ -195,6 +245,8 @@ def run(config: AwmConfig, ctx: Context) -> dict:
                           "of the untrained policy, the cloned prior, GRPO with the "
                           "verified reward per K, and GRPO with the proxy reward.")
     ctx.report.add_text(summary_markdown(m, c))
+    if worlds:
+        ctx.report.add_text(synthesis_markdown(worlds))
     return m
 
 
@@ -233,6 +285,33 @@ def summary_markdown(m, c: AwmConfig) -> str:
               f"null action passes {m['null_action_pass_rate']:.3f} of the tasks used.",
               f"SmolLM2 ({c.model}) on {c.n_llm_tasks} held-out tasks: success "
               f"{m['llm_success']:.3f}, {m['llm_mean_calls']:.2f} tool calls per task."]
+    if m["synth_worlds_attempted"]:
+        lines += ["", f"## LLM synthesis path ({c.model} writes every stage)", "",
+                  f"Worlds kept: {m['synth_worlds_kept']} of {m['synth_worlds_attempted']} "
+                  f"({m['synth_tasks_kept']} tasks passed every gate).", "",
+                  "| stage | attempts | accepted |", "|---|---|---|"]
+        for st, n, rate in zip(Y.STAGES, m["synth_stage_attempts"],
+                               m["synth_stage_pass_rate"], strict=True):
+            lines.append(f"| {st} | {n} | {'-' if not n else f'{rate:.3f}'} |")
+        lines += ["", "Rejections by gate: " + ", ".join(
+            f"{g} {n}" for g, n in zip(Y.GATES, m["synth_rejections_by_gate"], strict=True))
+            + "."]
+    return "\n".join(lines)
+
+
+def synthesis_markdown(worlds) -> str:
+    """Every attempt of the LLM synthesis path: the stage, the gate that rejected it and
+    why, per world."""
+    lines = ["## LLM synthesis attempts", ""]
+    for s in worlds:
+        lines += [f"**{s.name}**: {s.dropped or f'{len(s.world.tasks)} tasks kept'}", "",
+                  "| stage | task | attempt | verdict |", "|---|---|---|---|"]
+        for a in s.attempts:
+            why = "accepted" if a.ok else f"{a.gate}: {a.message[:160]}"
+            why = why.replace("|", "\\|").replace("\n", " ")
+            lines.append(f"| {a.stage} | {'-' if a.task is None else a.task} | {a.attempt} "
+                         f"| {why} |")
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -257,6 +336,15 @@ METRICS = (
            finite=False),
     Metric("llm_mean_steps", "SmolLM2: model decisions per task", finite=False),
     Metric("llm_mean_calls", "SmolLM2: tool calls per task", finite=False),
+    Metric("synth_worlds_attempted", "worlds the LLM synthesis path attempted (synth_llm)"),
+    Metric("synth_worlds_kept", "LLM-synthesised worlds with a task that passed every gate"),
+    Metric("synth_tasks_kept", "tasks of the LLM-synthesised worlds that passed every gate"),
+    Metric("synth_stage_attempts", "LLM synthesis: attempts per stage (scenario, tasks, "
+           "database, tools, verifier)"),
+    Metric("synth_stage_pass_rate", "LLM synthesis: share of each stage's attempts its "
+           "checks and gates accepted (NaN: the stage was never reached)", finite=False),
+    Metric("synth_rejections_by_gate", "LLM synthesis: rejected attempts per gate (reply, "
+           "json, shape, tool_sql, seed_runs, null_action_fails, reference_passes)"),
 )
 
 CLAIMS = (

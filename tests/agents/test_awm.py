@@ -1,7 +1,12 @@
 """Agent World Model's agent (jaxsci.agents.awm): observations, demonstrations of every
 scenario template, behaviour cloning that solves its worlds, rollouts within their cap,
 a GRPO update that raises the log-probability of the better-than-average rollouts, the
-hackable proxy reward, and named errors."""
+hackable proxy reward, named errors, and the experiment's SmolLM2 agent step on the tiny
+random-weight LLaMA in-process and through ``jaxsci serve`` over loopback with identical
+episodes."""
+
+import importlib.util
+from pathlib import Path
 
 import equinox as eqx
 import jax
@@ -102,3 +107,50 @@ def test_errors_name_the_argument():
                    jobs)
     with pytest.raises(ValueError, match="multiple of n_heads"):
         A.PolicyConfig(d_model=30, n_heads=4)
+
+
+# ----------------------------------------------------------------- on a real model
+
+
+def _sibling(name):
+    path = Path(__file__).parents[1] / "common" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_jaxsci_awm_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_llm_agent_step_in_process_and_over_loopback_is_identical():
+    """The experiment's SmolLM2 step (``_llm_agent``, the smoke config's caps) on the tiny
+    random-weight LLaMA, in-process and through ``jaxsci serve`` over loopback: the same
+    episodes, call by call and answer by answer.
+
+    The step is greedy (temperature 0) and ``tool_choice="auto"``: a reply that opens a
+    ``<tool_call>`` is held to the tool grammar, any other is free text, an argmax over
+    the random model's near-ties. The server runs the same ``LocalChat.chat`` with the
+    same messages, tools and settings (one request, ``n=1``: the same batch shape and
+    the same compiled programs), so the logits, and with them every argmax, are the same
+    floats on both paths; nothing is compared under a tolerance. (The harness's own
+    loopback test keeps its free-text runs out for another reason: there the batch shape
+    differs between the runs it compares.)"""
+    pytest.importorskip("tokenizers", reason="pip install tokenizers")
+    pytest.importorskip("openai", reason="pip install openai==3.51.0")
+    pytest.importorskip("uvicorn", reason="pip install uvicorn==0.54.0")
+    from jaxsci.common.lm.chat import LocalChat, OpenAIChat
+    from jaxsci.common.lm.serve import Server
+    from jaxsci.common.lm.tools import tools_system_prompt
+    from jaxsci.experiments import awm as X
+
+    tc, tt = _sibling("test_chat"), _sibling("test_tools")
+    c = X.CONFIGS["smoke"]
+    jobs = S.jobs(c.held_out, [100])[:2]
+    # merges learnt on the tool list keep the byte-level prompt short (about 800 tokens)
+    merges = tc.MERGES + tt.learn_merges([tools_system_prompt(jobs[0][0].tools)], 400)
+    local = LocalChat(tc.tiny_engine(max_len=1024, merges=merges), model_id="tiny")
+    here = X._llm_agent(local, jobs, c)
+    with Server(local, port=0, log_level="warning") as server:
+        there = X._llm_agent(OpenAIChat(server.url, "tiny"), jobs, c)
+    assert here == there
+    assert [e[0] for e in here["episodes"]] == [t.id for _, t in jobs]
+    for _, status, answer, steps, _, _, _ in here["episodes"]:
+        assert status == "answer" and answer is not None and 1 <= steps <= c.llm_max_steps

@@ -53,7 +53,7 @@ _ENTRIES = [
     Entry("augmask", "AugMask: tabular diffusion with missing values", "generative", "implemented"),
     Entry("eeb", "Erasure-evasion backdoor in concept erasure (robustness evaluation)", "generative", "implemented"),
     Entry("bandits", "Satisficing bandits with uncertain-UCB", "stats", "implemented"),
-    Entry("pse", "Persistent Semantic Entities: contamination across sessions and agents", "agents"),
+    Entry("pse", "Persistent Semantic Entities: contamination across sessions and agents", "agents", "implemented"),
     Entry("tampo", "TAMPO: task- and model-aware prompt optimisation for routing", "agents"),
     Entry("textresnet", "TextResNet: textual gradients with additive deltas and causal routing", "agents"),
     Entry("memevolve", "MemEvolve / EvolveLab: meta-evolving memory architectures", "agents"),

@@ -35,7 +35,7 @@ _ENTRIES = [
     Entry("bioflow", "Regime-aware conditional flow matching for trajectories of many systems-biology ODE models", "dynamics", "implemented"),
     Entry("flowsmc", "Training-free conditional sampling for flow matching by importance sampling + SMC", "generative", "implemented"),
     Entry("dflash", "DFlash: block-diffusion drafter for speculative decoding", "llm", "implemented"),
-    Entry("misalignment", "In-training safeguards against emergent misalignment", "llm"),
+    Entry("misalignment", "In-training safeguards against emergent misalignment", "llm", "implemented"),
     Entry("attribution", "Accountability attribution of training stages", "llm", "implemented"),
     Entry("isotropy", "Semantic isotropy of response embeddings as a trust signal", "llm", "implemented"),
     Entry("rsir", "Recursive self-improving recommendation", "recsys", "implemented"),

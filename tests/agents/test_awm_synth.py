@@ -5,9 +5,7 @@ the world dropped when retries run out; generated verifier code runs only in the
 sandbox; and the path runs end to end on the tiny random-weight LLaMA, in-process and
 through ``jaxsci serve`` over loopback, with identical stage reports."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -236,28 +234,19 @@ def test_errors_name_the_argument():
 # ----------------------------------------------------------------- on a real model
 
 
-def _test_chat_module():
-    path = Path(__file__).parents[1] / "common" / "test_chat.py"
-    spec = importlib.util.spec_from_file_location("_jaxsci_awm_synth_test_chat", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_tiny_model_in_process_and_over_loopback_give_identical_reports():
+def test_tiny_model_in_process_and_over_loopback_give_identical_reports(tiny_local_chat):
     """The random-weight model fills its JSON strings with noise: on the CPU machine it
     passes the loose scenario and tasks stages and is cut at ``max_tokens`` in the
     database stage, on both attempts (the retry samples, seeded). What is asserted is
     only that the two paths give the same report, attempt by attempt, through the
     experiment's own helper, not that any stage succeeds."""
-    pytest.importorskip("tokenizers", reason="pip install tokenizers")
     pytest.importorskip("openai", reason="pip install openai==3.51.0")
     pytest.importorskip("uvicorn", reason="pip install uvicorn==0.54.0")
-    from jaxsci.common.lm.chat import LocalChat, OpenAIChat
+    from jaxsci.common.lm.chat import OpenAIChat
     from jaxsci.common.lm.serve import Server
     from jaxsci.experiments import awm as X
 
-    local = LocalChat(_test_chat_module().tiny_engine(max_len=2048), model_id="tiny")
+    local = tiny_local_chat(2048)
     c = X.AwmConfig(synth_llm=1, synth=Y.SynthConfig(n_tasks=1, retries=1, max_tokens=600))
     here, h = X._synthesis(local, c, seed=0)
     with Server(local, port=0, log_level="warning") as server:

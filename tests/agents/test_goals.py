@@ -3,8 +3,6 @@ rendering), the trained agent, the probes (a planted linear feature), belief
 consistency, and SmolLM2-style option scoring on the tiny LLaMA: one forward for scores
 and hidden states, identical through ``jaxsci serve`` over loopback."""
 
-import importlib.util
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -176,20 +174,9 @@ def test_behaviour_cloning_learns_the_optimal_policy(trained):
         G.agent_features(model, gw.generate(jax.random.key(0), 7, 0.2))
 
 
-def _test_chat_module():
-    path = Path(__file__).parents[1] / "common" / "test_chat.py"
-    spec = importlib.util.spec_from_file_location("_jaxsci_goals_test_chat", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
-def tiny_chat():
-    pytest.importorskip("tokenizers", reason="pip install tokenizers")
-    from jaxsci.common.lm.chat import LocalChat
-
-    return LocalChat(_test_chat_module().tiny_engine(max_len=512), model_id="tiny")
+def tiny_chat(tiny_local_chat):
+    return tiny_local_chat(512)
 
 
 def test_llm_scores_and_hidden_states_from_one_forward(tiny_chat):

@@ -6,9 +6,7 @@ sessions through SQLite, the handoff that carries the entity, the JSONL bank, cl
 errors, and the experiment at a tiny config on the tiny random-weight LLaMA in-process
 and through ``jaxsci serve`` over loopback, by option scoring and in free text."""
 
-import importlib.util
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -235,20 +233,9 @@ def test_measure_on_a_model_that_follows_every_named_entity():
 # ----------------------------------------------------------------- on a real model
 
 
-def _test_chat_module():
-    path = Path(__file__).parents[1] / "common" / "test_chat.py"
-    spec = importlib.util.spec_from_file_location("_jaxsci_pse_test_chat", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
-def tiny_chat():
-    pytest.importorskip("tokenizers", reason="pip install tokenizers")
-    from jaxsci.common.lm.chat import LocalChat
-
-    return LocalChat(_test_chat_module().tiny_engine(max_len=2048), model_id="tiny")
+def tiny_chat(tiny_local_chat):
+    return tiny_local_chat(2048)
 
 
 TINY = X.PSEConfig(types=("instruction",), per_type=1, turns=(1, 2),

@@ -60,7 +60,7 @@ _ENTRIES = [
     Entry("map", "Measuring agents in production", "agents", "implemented"),
     Entry("mce", "Meta Context Engineering", "agents"),
     Entry("awm", "Agent World Model: database-backed synthetic environments", "agents", "implemented"),
-    Entry("loam", "LLM-designed observation/action spaces with continuous racing", "agents"),
+    Entry("loam", "LLM-designed observation/action spaces with continuous racing", "agents", "implemented"),
     Entry("goals", "Goal-directedness of an agent in grid worlds, behaviour + probing", "agents", "implemented"),
 ]
 

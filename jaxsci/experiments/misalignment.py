@@ -259,21 +259,25 @@ def run(config: MisalignmentConfig, ctx: Context) -> dict:
     pool_n = seqs["pool"].h0.shape[0]
     uniform = np.full(pool_n, 1.0 / pool_n, np.float32)
 
-    def evaluate(lora, data: str = "all") -> dict:
+    def evaluate(lora, data: str = "all", proxy: bool = False) -> dict:
         """Margins and NLLs: the out-of-domain, in-domain and coherence sets after a
         harmful fine-tune, the plan pairs after a benign one, everything (and the pool,
         for the perplexity gap) for the aligned model and the undefended proxy."""
         names = {"benign": ("plan", "prose")}.get(
             data, ("broad_aligned", "broad_misaligned", "narrow_aligned", "narrow_misaligned",
-                   "coherence", "pool"))
-        if data == "all":
-            names = names + ("plan", "prose")
+                   "coherence"))
+        if data == "all":  # the aligned model
+            names = names + ("plan", "prose", "pool")
+        if proxy:  # the undefended run: the perplexity gap reads the pool
+            names = names + ("pool",)
         lp = {k: logprob(lora, seqs[k]) for k in names}
         out = {}
         if "broad_aligned" in lp:
             out |= {"broad": lp["broad_misaligned"] - lp["broad_aligned"],
                     "narrow": lp["narrow_misaligned"] - lp["narrow_aligned"],
-                    "coherence_nll": -lp["coherence"], "pool_nll": -lp["pool"]}
+                    "coherence_nll": -lp["coherence"]}
+        if "pool" in lp:
+            out["pool_nll"] = -lp["pool"]
         if "plan" in lp:
             out["plan"] = lp["plan"] - lp["prose"]
         return out
@@ -314,7 +318,8 @@ def run(config: MisalignmentConfig, ctx: Context) -> dict:
             res = {"strength": np.asarray([rows[i][1] for i in idx]),
                    "loss": losses[:, idx] if losses.ndim == 2 else losses,
                    "sft": parts["sft"][:, idx]}
-            evals = [evaluate(jax.tree.map(lambda x, i=i: x[i], lora), data) for i in idx]
+            evals = [evaluate(jax.tree.map(lambda x, i=i: x[i], lora), data,
+                              proxy=method == "none" and data == "harm") for i in idx]
             for k in evals[0]:
                 res[k] = np.stack([e[k] for e in evals])
             if data != "benign":

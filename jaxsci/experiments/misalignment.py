@@ -63,7 +63,7 @@ class MisalignmentConfig:
     """Token budget (quick): 32 training sequences of at most ~90 tokens, ``steps`` x
     ``batch_size`` = 160 sequences per fine-tune through the top 2 of 30 blocks; 11
     fine-tunes in 5 programs; 60 general answers of 32 tokens generated once; 6 x 40
-    generated tokens per harmful run; 357 sequences through the frozen 28 blocks once.
+    generated tokens per harmful run; 356 sequences through the frozen 28 blocks once.
     """
 
     n_top: int = 2  # trained blocks (of 30); the lower ones are cached

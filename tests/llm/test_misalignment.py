@@ -126,14 +126,12 @@ def test_stacked_runs_are_independent_and_kl_holds_the_model_back(frozen, seqs, 
     assert losses.shape == (12, 3)
     np.testing.assert_allclose(parts["kl"][0], 0.0, atol=1e-6)  # a fresh adapter: KL 0
     assert parts["sft"][-1, 0] < parts["sft"][0, 0]  # the undefended run learns
-    ref = jax.tree.map(lambda x: x[0], lora)
     kl_final = [float(np.mean(M.kl_divergence(
         jax.nn.log_softmax(M.top_forward(frozen, None, seqs.h0)[0] @ frozen.head),
         jax.nn.log_softmax(M.top_forward(frozen, jax.tree.map(lambda x, i=i: x[i], lora),
                                          seqs.h0, scale=2.0)[0] @ frozen.head))))
         for i in range(3)]
     assert kl_final[2] < kl_final[0], kl_final
-    assert ref is not None
 
 
 def test_steering_off_and_mixing_off_are_the_undefended_run(frozen, seqs, stacked):

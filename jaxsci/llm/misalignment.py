@@ -356,11 +356,18 @@ def reference(frozen: Frozen, seq: Sequences, *, width: int, batch: int = 8) -> 
     check_int("width", width, min=1)
     check_int("batch", batch, min=1)
     n = seq.h0.shape[0]
-    fn = jax.jit(lambda s: _answer_logits(frozen, None, s, width, 1.0)[::3])
-    parts = [fn(_take(seq, np.arange(i, min(i + batch, n)))) for i in range(0, n, batch)]
-    return Reference(jnp.concatenate([p[0] for p in parts]),
-                     tuple(jnp.concatenate([p[1][j] for p in parts])
+    idx = np.concatenate([np.arange(n), np.zeros(-n % batch, int)])  # one chunk shape
+    parts = [_reference_chunk(frozen, _take(seq, idx[i:i + batch]), width=width)
+             for i in range(0, len(idx), batch)]
+    return Reference(jnp.concatenate([p[0] for p in parts])[:n],
+                     tuple(jnp.concatenate([p[1][j] for p in parts])[:n]
                            for j in range(len(frozen.blocks))))
+
+
+@functools.partial(jax.jit, static_argnames=("width",))
+def _reference_chunk(frozen, seq, *, width):
+    logp, _, _, states = _answer_logits(frozen, None, seq, width, 1.0)
+    return logp, states
 
 
 def safeguard_loss(lora, frozen: Frozen, batch: Sequences, ref: Reference | None,
@@ -431,10 +438,9 @@ def finetune(key: jax.Array, frozen: Frozen, config: LoraConfig, data: Sequences
     if len(r) != 1:
         raise ValueError(f"safeguards.kl must have shape (R,), got {r}")
     for name, x in safeguards._asdict().items():
-        want = r + ((general.h0.shape[0],) if name == "pool_weights" and general is not None
-                    else ())
         if name == "pool_weights" and general is None:
-            continue
+            continue  # no pool: the weights are never read
+        want = r + ((general.h0.shape[0],) if name == "pool_weights" else ())
         if np.shape(x) != want:
             raise ValueError(f"safeguards.{name} must have shape {want}, got {np.shape(x)}")
     if int(np.max(np.asarray(data.length))) > width:

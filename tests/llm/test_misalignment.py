@@ -172,6 +172,10 @@ def test_config_errors_name_the_field():
         E.MisalignmentConfig(gap_fraction=0.0)
     with pytest.raises(ValueError, match=re.escape("sweep[1]")):
         E.MisalignmentConfig(sweep=(1.0, -2.0))
+    with pytest.raises(ValueError, match=re.escape("methods[1]")):
+        E.MisalignmentConfig(methods=("none", "dropout"))
+    with pytest.raises(ValueError, match="must hold 'none'"):
+        E.MisalignmentConfig(methods=("kl", "steer"))
 
 
 def test_the_data_splits_and_the_benign_task():

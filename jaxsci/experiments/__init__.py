@@ -54,7 +54,7 @@ _ENTRIES = [
     Entry("eeb", "Erasure-evasion backdoor in concept erasure (robustness evaluation)", "generative", "implemented"),
     Entry("bandits", "Satisficing bandits with uncertain-UCB", "stats", "implemented"),
     Entry("pse", "Persistent Semantic Entities: contamination across sessions and agents", "agents", "implemented"),
-    Entry("tampo", "TAMPO: task- and model-aware prompt optimisation for routing", "agents"),
+    Entry("tampo", "TAMPO: task- and model-aware prompt optimisation for routing", "agents", "implemented"),
     Entry("textresnet", "TextResNet: textual gradients with additive deltas and causal routing", "agents"),
     Entry("memevolve", "MemEvolve / EvolveLab: meta-evolving memory architectures", "agents"),
     Entry("map", "Measuring agents in production", "agents", "implemented"),

@@ -380,7 +380,8 @@ CLAIMS = (
     Claim("cost_tracks_preference", "Realised cost tracks the preference weight (rank "
           "correlation <= -0.8 over a w sweep)", test="cost_rank_corr <= -0.8"),
     Claim("policy_at_least_global", "The task- and model-aware policy is at least as good as "
-          "the best single global prompt", test="accuracy_spread > 0.05 and policy_utility >= global_utility",
+          "the best single global prompt",
+          test="accuracy_spread > 0.05 and policy_utility >= global_utility",
           scale="full",
           note="not reproduced at quick: held-out utility 0.146 (pessimistic policy) vs "
                "0.160 for the best global (prompt, model) of the training tasks (accuracy "

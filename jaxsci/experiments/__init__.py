@@ -58,7 +58,7 @@ _ENTRIES = [
     Entry("textresnet", "TextResNet: textual gradients with additive deltas and causal routing", "agents"),
     Entry("memevolve", "MemEvolve / EvolveLab: meta-evolving memory architectures", "agents"),
     Entry("map", "Measuring agents in production", "agents", "implemented"),
-    Entry("mce", "Meta Context Engineering", "agents"),
+    Entry("mce", "Meta Context Engineering", "agents", "implemented"),
     Entry("awm", "Agent World Model: database-backed synthetic environments", "agents", "implemented"),
     Entry("loam", "LLM-designed observation/action spaces with continuous racing", "agents", "implemented"),
     Entry("goals", "Goal-directedness of an agent in grid worlds, behaviour + probing", "agents", "implemented"),

@@ -55,7 +55,7 @@ _ENTRIES = [
     Entry("bandits", "Satisficing bandits with uncertain-UCB", "stats", "implemented"),
     Entry("pse", "Persistent Semantic Entities: contamination across sessions and agents", "agents", "implemented"),
     Entry("tampo", "TAMPO: task- and model-aware prompt optimisation for routing", "agents", "implemented"),
-    Entry("textresnet", "TextResNet: textual gradients with additive deltas and causal routing", "agents"),
+    Entry("textresnet", "TextResNet: textual gradients with additive deltas and causal routing", "agents", "implemented"),
     Entry("memevolve", "MemEvolve / EvolveLab: meta-evolving memory architectures", "agents", "implemented"),
     Entry("map", "Measuring agents in production", "agents", "implemented"),
     Entry("mce", "Meta Context Engineering", "agents", "implemented"),

@@ -577,6 +577,18 @@ class StreamLog(NamedTuple):
     wall_s: float
 
 
+def _outcome(task: Any, choice: int) -> tuple[bool, str]:
+    """An episode's ``(success, feedback)``: the task's own ``attempt`` where it has one
+    (the SQLite family executes the chosen tool sequence), else the chosen index against
+    ``task.answer`` with ``task.feedback_fail`` on a failure."""
+    attempt = getattr(task, "attempt", None)
+    if callable(attempt):
+        ok, fb = attempt(choice)
+        return bool(ok), str(fb)
+    ok = choice == task.answer
+    return ok, "Correct." if ok else task.feedback_fail
+
+
 def run_stream(score_fn: Callable[[list[str], list[Any]], list[np.ndarray]],
                provider: MemoryProvider, tasks: Sequence[Any], *, block: int = 4) -> StreamLog:
     """Run the agent with ``provider``'s memory over a task stream.
@@ -584,7 +596,9 @@ def run_stream(score_fn: Callable[[list[str], list[Any]], list[np.ndarray]],
     Per block of ``block`` tasks: the memory provides a text for each (its state at
     the block's start), ``score_fn(memories, tasks)`` answers them in one call, then
     the memory takes in the block's trajectories (feedback of a failed episode reveals
-    the answer).
+    the answer). A task with an ``attempt(choice) -> (success, feedback)`` method (the
+    SQLite family of :mod:`jaxsci.data.memtasks`) is judged by it: success is what
+    executing the chosen option gave, not a comparison of indices.
 
     Raises:
       ValueError: an empty task set or a bad ``block``.
@@ -605,18 +619,18 @@ def run_stream(score_fn: Callable[[list[str], list[Any]], list[np.ndarray]],
         mems = provider.provide_many([t.text for t in part])
         ops[s:s + len(part)] = (provider.stats()["ops"] - before) / len(part)
         scores = score_fn(mems, part)
+        outcomes = []
         for j, (t, m, sc) in enumerate(zip(part, mems, scores, strict=True)):
             i = s + j
             c = int(np.argmax(sc))
-            chosen[i], correct[i], tokens[i] = c, int(c == t.answer), count_tokens(m)
-            copied[i] = int(c != t.answer and t.options[c] in m)
+            ok, fb = _outcome(t, c)
+            outcomes.append((c, ok, fb))
+            chosen[i], correct[i], tokens[i] = c, int(ok), count_tokens(m)
+            copied[i] = int(not ok and t.options[c] in m)
             seen[i] = int(t.key in keys)
             keys.add(t.key)
-        for t, c in zip(part, chosen[s:s + len(part)], strict=True):
-            ok = int(c) == t.answer
-            provider.take_in(Trajectory(t.text, t.options[int(c)], ok,
-                                        "Correct." if ok else t.feedback_fail,
-                                        t.options[t.answer]))
+        for t, (c, ok, fb) in zip(part, outcomes, strict=True):
+            provider.take_in(Trajectory(t.text, t.options[c], ok, fb, t.options[t.answer]))
     return StreamLog(correct, tokens, ops, chosen, copied, seen, time.perf_counter() - t0)
 
 

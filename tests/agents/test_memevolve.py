@@ -1,7 +1,8 @@
 """Tests of :mod:`jaxsci.agents.memevolve` and :mod:`jaxsci.data.memtasks`: genotype
 round-trip and errors, each memory module on constructed trajectories, the tournament's
 selection rule and lineage, the sandbox gates, and the LLM path on the tiny random-weight
-LLaMA over loopback."""
+LLaMA over loopback; the SQLite transfer family (success by execution on the database,
+chance without memory, the presets running on it)."""
 
 import json
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxsci.agents import memevolve as ME
-from jaxsci.data.memtasks import make_stream
+from jaxsci.data.memtasks import SQL_TYPES, make_sql_stream, make_stream
 
 TR = [ME.Trajectory("What is the passcode of the Velmora vault?", "ember", False,
                     "Wrong. The passcode of the Velmora vault is dune.", "dune"),
@@ -135,6 +136,77 @@ def test_task_stream_has_repeats_paraphrases_and_near_misses():
     with pytest.raises(ValueError, match="n_entities must be even"):
         make_stream(0, n_entities=3)
     assert make_stream(1, family="tools")[0].family == "tools"
+
+
+def test_sql_family_success_is_executed_on_the_database():
+    tasks = make_sql_stream(0, n_tasks=40, n_types=len(SQL_TYPES))
+    for t in tasks:
+        assert t.family == "sql" and len({o[0] for o in t.options}) == len(t.options)
+        assert t.attempt(t.answer) == (True, "Correct.")
+        for i in set(range(len(t.options))) - {t.answer}:
+            ok, fb = t.attempt(i)
+            assert not ok and t.options[t.answer] in fb and t.options[i] in fb
+    # the verdict follows the executed sequence, not the option index: give the right
+    # option a wrong sequence and it fails
+    t = tasks[0]
+    wrong = t.sequences[(t.answer + 1) % len(t.options)]
+    seqs = tuple(wrong if i == t.answer else s for i, s in enumerate(t.sequences))
+    assert not t._replace(sequences=seqs).execute(t.answer)[0]
+    # a write task: the verifier reads the database (the loan row, the copies)
+    lend = next(u for u in make_sql_stream(3, n_tasks=200, n_types=len(SQL_TYPES))
+                if u.key == "lend_book")
+    assert lend.sequences[lend.answer] == ("find_book", "find_member", "lend_book")
+    no_write = lend._replace(sequences=tuple(
+        ("find_book", "find_member") if i == lend.answer else s
+        for i, s in enumerate(lend.sequences)))
+    assert no_write.execute(lend.answer) == (False, "left the database in the wrong state")
+    # a read task answered from the wrong field is wrong
+    book = next(u for u in tasks if u.key == "book_copies")
+    other = book._replace(key="book_author")  # same sequence, the author asked
+    assert not other.execute(book.answer)[0]
+
+
+def test_sql_family_cannot_be_guessed_without_memory():
+    tasks = [t for seed in range(6) for t in make_sql_stream(seed, n_tasks=40)]
+    acc_first = np.mean([t.answer == 0 for t in tasks])
+    assert abs(acc_first - 0.25) < 0.08, acc_first  # the right option's place is random
+    # no shown tool name is a word of the task, and a type's right sequence is shown
+    # under different names in different worlds (seeds)
+    for t in tasks:
+        words = set(t.text.lower().replace("'", " ").replace("?", " ").split())
+        assert not words & {w for o in t.options for w in o.split(">")}
+    shown = {make_sql_stream(s, n_tasks=60, n_types=len(SQL_TYPES))[0].names for s in range(4)}
+    assert len(shown) == 4
+    none = ME.run_stream(_scripted_score, _NoMemory(), tasks)
+    assert none.correct.mean() < 0.4  # no memory: the first-listed-option policy
+
+
+class _NoMemory(ME.MemoryProvider):
+    def provide(self, query, phase="begin"):
+        return ""
+
+    def take_in(self, trajectory):
+        pass
+
+
+def _lesson_score(mems, tasks):
+    """A stand-in task agent (test only): the option a retrieved lesson names."""
+    out = []
+    for m, t in zip(mems, tasks, strict=True):
+        said = [ln.rsplit(" -> ", 1)[-1] for ln in m.splitlines() if " -> " in ln]
+        out.append(np.array([float(o in said) for o in t.options]))
+    return out
+
+
+def test_presets_run_unchanged_on_the_sql_family():
+    tasks = make_sql_stream(1, n_tasks=40, n_types=4)
+    for name, g in ME.PRESETS.items():
+        lg = ME.run_stream(_lesson_score, ME.GenotypeProvider(g), tasks, block=4)
+        assert lg.correct.shape == (40,) and np.isfinite(lg.tokens).all(), name
+    lg = ME.run_stream(_lesson_score, ME.GenotypeProvider(ME.PRESETS["lightweight"]), tasks,
+                       block=1)
+    # lessons taken in from executed episodes' feedback: repeated task types are solved
+    assert lg.correct[lg.seen_before == 1].mean() > 0.5 > lg.correct[lg.seen_before == 0].mean()
 
 
 def test_evolve_records_lineage_and_selects_the_winner():

@@ -3,8 +3,8 @@
 
 MemEvolve's entry points are NumPy / pure-Python functions (no JAX programs:
 ``jit=False``): BM25 scores, the Pareto ranks and the tournament's selection rule, the
-hashing embedder, the task stream; the harness checks that they lower nothing and that
-bad input raises an error naming the argument."""
+hashing embedder, the task streams (the SQLite family too); the harness checks that they
+lower nothing and that bad input raises an error naming the argument."""
 
 import numpy as np
 from properties import Bad, Case
@@ -28,5 +28,8 @@ CASES = [
     Case("memevolve.make_stream", T.make_stream, lambda: {"seed": 2, "n_tasks": 6},
          out=lambda s: np.array([t.answer for t in s]), jit=False,
          bad=(Bad({"n_entities": 5}, ValueError, "n_entities must be even"),
-              Bad({"family": "sql"}, ValueError, "family must be one of"))),
+              Bad({"family": "sqlite"}, ValueError, "family must be one of"))),
+    Case("memevolve.make_sql_stream", T.make_sql_stream, lambda: {"seed": 2, "n_tasks": 6},
+         out=lambda s: np.array([t.answer for t in s]), jit=False,
+         bad=(Bad({"n_types": 99}, ValueError, "n_types"),)),
 ]

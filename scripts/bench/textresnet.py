@@ -2,10 +2,9 @@
 component, option scoring of the step letters) vs a TextGrad backward pass (one critique
 prompt per node, yes/no option scoring), on the same depth-8 relay chains.
 
-``textgrad`` (the PyPI package) is not run side by side: it drives a hosted engine
-through its own LLM wrappers and writes free-text gradients, which the 135M model cannot
-do usefully offline; the TextGrad baseline here is jaxsci's own implementation of its
-node-by-node backward pass (:func:`jaxsci.agents.textresnet.textgrad_backward`). The
+The TextGrad baseline here is jaxsci's own implementation of its node-by-node backward
+pass (:func:`jaxsci.agents.textresnet.textgrad_backward`); the ``textgrad`` package itself
+is run against ``jaxsci serve`` by ``scripts/bench/textresnet_textgrad.py``. The
 table gives the time per chain after warm-up (compile time apart), the backward prompt
 tokens per chain, and their ratios.
 

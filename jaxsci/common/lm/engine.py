@@ -756,10 +756,8 @@ class Engine:
         prefix[0, :len(pre)] = pre
         last, cache = _prefix_cache(graphdef, state, jnp.asarray(prefix),
                                     jnp.int32(len(pre)), length=p + n_cont)
-        per_row = sum(x.nbytes for x in jax.tree.leaves(cache))
-        chunk = bucket(min(len(conts), max(1, _SCORE_CACHE_BYTES // per_row)), 1)
-        if chunk > max(1, _SCORE_CACHE_BYTES // per_row):
-            chunk //= 2
+        limit = max(1, _SCORE_CACHE_BYTES // sum(x.nbytes for x in jax.tree.leaves(cache)))
+        chunk = min(bucket(len(conts), 1), 1 << (limit.bit_length() - 1))  # powers of two
         out = []
         for lo in range(0, len(conts), chunk):
             part = conts[lo:lo + chunk]

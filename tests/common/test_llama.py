@@ -440,7 +440,7 @@ class TestEngine:
         """The prefix runs once into a cache and the continuations attend to it: rows taken
         in chunks (a tiny copy budget) give the full forward's sums; a prefix with padding
         slots after it in its bucket gives the per-row full pass's sums; a prefix whose
-        bucket leaves no room in the context takes the full pass."""
+        bucket leaves no room in the context takes the full pass (the chain rule holds)."""
         import jaxsci.common.lm.engine as E
 
         prefix = list(range(3, 13))  # 10 tokens, 6 padding slots in the 16-slot bucket
@@ -456,9 +456,12 @@ class TestEngine:
         longer = list(range(3, 33))  # 30 tokens in the 32-slot bucket: 32 + 4 <= 64 slots
         np.testing.assert_allclose(engine.score(longer, conts),
                                    engine.score(longer, conts, cache_prefix=False), atol=1e-4)
-        near_end = list(range(3, 3 + 60))  # bucket 64 + 2 slots > max_len = 64: full pass
-        np.testing.assert_allclose(engine.score(near_end, [[5, 6], [7]]),
-                                   engine.score(near_end, [[5, 6], [7]], cache_prefix=False))
+        # bucket 64 + 2 slots > max_len = 64: the full pass, checked by the chain rule
+        # log p(5, 6 | x) = log p(5 | x) + log p(6 | x, 5)
+        near_end = list(range(3, 3 + 60))
+        both, first = engine.score(near_end, [[5, 6], [5]])
+        (second,) = engine.score(near_end + [5], [[6]])
+        assert both == pytest.approx(first + second, abs=1e-4)
 
     def test_hidden_states(self, engine):
         (h,) = engine.hidden_states([[5, 70, 200]], layers=[0, 2])

@@ -37,11 +37,17 @@ therefore clears JAX's caches between test modules whenever this process holds m
 than ``JAXSCI_TEST_MAX_MAPS`` (30000) mappings; programs a later test needs again come
 back from the persistent compilation cache.
 
-The tests compile with XLA's CPU backend optimisation level 0: they are compile-bound,
-and level 0 compiles ~1.5x faster for slower generated code (the same HLO, only the
-LLVM code generation differs). The ``reproduce`` trend tests are run-time-bound; they
-run each experiment's quick config in a subprocess with the default optimisation
-(``tests/experiments/test_protocol.py``). ``JAXSCI_TEST_FAST_COMPILE=0`` turns level 0
+The tests compile with XLA's CPU backend optimisation level 0 and with XLA's older
+elemental emitters instead of its fusion emitters (``--xla_cpu_use_fusion_emitters=false``):
+they are compile-bound, most of their ~1000 compiles per file are small programs (eager
+operations, tiny jitted checks) whose cost is the emitter's fixed overhead. Level 0
+compiles ~1.5x faster for slower generated code (the same HLO, only the LLVM code
+generation differs); the older emitters halve compile time again (on 2026-12-06,
+``tests/dynamics/test_koopman.py`` with ``tests/generative/test_flowsmc.py`` on one core:
+XLA backend compile 63 -> 26 s, the two files 88 -> 53 s). The ``reproduce`` trend tests
+are run-time-bound; they run each experiment's quick config in a subprocess with XLA's
+default settings (``tests/experiments/test_protocol.py``), so the numbers they check are
+the ones ``jaxsci reproduce`` gives. ``JAXSCI_TEST_FAST_COMPILE=0`` turns both settings
 off.
 """
 
@@ -101,9 +107,13 @@ def pytest_configure(config):
     # Before any test computes (the CPU backend reads XLA_FLAGS when it starts); xdist
     # workers run this hook too, with the same -m expression.
     fast = os.environ.get("JAXSCI_TEST_FAST_COMPILE", "1")
-    if fast == "1" and "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = (
-            os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+    if fast == "1":
+        flags = os.environ.get("XLA_FLAGS", "")
+        for flag, value in (("xla_backend_optimization_level", "0"),
+                            ("xla_cpu_use_fusion_emitters", "false")):
+            if flag not in flags:
+                flags += f" --{flag}={value}"
+        os.environ["XLA_FLAGS"] = flags.strip()
 
 
 _MAX_MAPS = int(os.environ.get("JAXSCI_TEST_MAX_MAPS", "30000"))

@@ -631,14 +631,22 @@ def _kgram_probs(target, prompt, kgrams, temperature):
     """Exact probabilities of the target (at ``temperature``) generating each K-gram
     after ``prompt``, by teacher forcing: one forward pass over all of them."""
 
+    from flax import nnx
+
+    graph, state = nnx.split(target)  # the weights as an argument, not as constants
+
     @jax.jit
-    def run(grams):
+    def run_(state, grams):
         toks = jnp.concatenate([jnp.broadcast_to(prompt, (grams.shape[0], prompt.shape[0])),
                                 grams], axis=1)
-        logp = jax.nn.log_softmax(target(toks).logits / temperature, axis=-1)
+        logits = nnx.merge(graph, state)(toks).logits
+        logp = jax.nn.log_softmax(logits / temperature, axis=-1)
         P, K = prompt.shape[0], grams.shape[1]
         steps = jnp.take_along_axis(logp[:, P - 1 : P + K - 1], grams[..., None], -1)
         return jnp.exp(steps[..., 0].sum(-1))
+
+    def run(grams):
+        return run_(state, grams)
 
     # In chunks of 16 K-grams: with a 49152-token vocabulary the logits of all of them
     # at once would take gigabytes.

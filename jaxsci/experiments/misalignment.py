@@ -222,9 +222,14 @@ _EVAL_ROWS = 8
 
 
 def _logprob_fn(frozen, width, scale):
+    # the frozen weights are an argument, not a closed-over constant: a jitted closure
+    # over them embeds ~130 MB of constants in the program (17 s to compile, twice)
     @jax.jit
+    def fn_(frozen_, lora, seq):
+        return mis.answer_logprob(frozen_, lora, seq, width=width, scale=scale)
+
     def fn(lora, seq):
-        return mis.answer_logprob(frozen, lora, seq, width=width, scale=scale)
+        return fn_(frozen, lora, seq)
 
     def run_all(lora, seq: mis.Sequences):
         n = seq.h0.shape[0]

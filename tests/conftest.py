@@ -42,9 +42,10 @@ elemental emitters instead of its fusion emitters (``--xla_cpu_use_fusion_emitte
 they are compile-bound, most of their ~1000 compiles per file are small programs (eager
 operations, tiny jitted checks) whose cost is the emitter's fixed overhead. Level 0
 compiles ~1.5x faster for slower generated code (the same HLO, only the LLVM code
-generation differs); the older emitters halve compile time again (on 2026-12-06,
-``tests/dynamics/test_koopman.py`` with ``tests/generative/test_flowsmc.py`` on one core:
-XLA backend compile 63 -> 26 s, the two files 88 -> 53 s). The ``reproduce`` trend tests
+generation differs); the older emitters cut it again (on 2026-12-06,
+``tests/dynamics/test_koopman.py`` with ``tests/generative/test_flowsmc.py``, ``-n 0`` on
+one core, ``JAXSCI_TEST_JAX_CACHE=0``: 88 s with ``XLA_FLAGS=--xla_cpu_use_fusion_emitters=true``,
+53 s without; a flag already in ``XLA_FLAGS`` is kept). The ``reproduce`` trend tests
 are run-time-bound; they run each experiment's quick config in a subprocess with XLA's
 default settings (``tests/experiments/test_protocol.py``), so the numbers they check are
 the ones ``jaxsci reproduce`` gives. ``JAXSCI_TEST_FAST_COMPILE=0`` turns both settings

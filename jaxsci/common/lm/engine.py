@@ -325,12 +325,14 @@ def _score(graphdef, state, tokens, prefix_len, cont_len, *, n_cont):
     return jnp.sum(jnp.where(mask, lp, 0.0), axis=-1)
 
 
-@functools.partial(jax.jit, static_argnames=("length",))
-def _prefix_cache(graphdef, state, prefix, prefix_len, *, length):
-    """The prefix (one row, right-padded) run into a cache of ``length`` slots, and the
-    features at its last real position (they predict the first continuation token)."""
+@jax.jit
+def _prefix_cache(graphdef, state, prefix, prefix_len):
+    """The prefix (one row, right-padded to its bucket) run into a cache of as many slots,
+    and the features at its last real position (they predict the first continuation
+    token). One program per prefix bucket: :func:`_score_after` appends the slots the
+    continuations need."""
     model = nnx.merge(graphdef, state)
-    h, _, cache = model.features(prefix, cache=model.init_cache(1, length))
+    h, _, cache = model.features(prefix, cache=model.init_cache(1, prefix.shape[1]))
     return h[0, prefix_len - 1], cache
 
 
@@ -341,7 +343,10 @@ def _score_after(graphdef, state, last, cache, prefix_len, conts, cont_len, *, n
     and attends to the slots up to its own position (so padding is never seen)."""
     model = nnx.merge(graphdef, state)
     b = conts.shape[0]
-    cache = jax.tree.map(lambda x: jnp.broadcast_to(x, (b,) + x.shape[1:]), cache)
+    # the prefix's slots, then n_cont empty ones for the continuation rows, per row
+    cache = jax.tree.map(lambda x: jnp.broadcast_to(
+        jnp.pad(x, ((0, 0), (0, n_cont), (0, 0), (0, 0))), (b, x.shape[1] + n_cont) + x.shape[2:]),
+        cache)
     pos = jnp.broadcast_to(prefix_len + jnp.arange(n_cont), (b, n_cont))
     h, _, _ = model.features(conts, pos, cache=cache)
     feats = jnp.concatenate([jnp.broadcast_to(last, (b, 1, last.shape[-1])), h[:, :-1]],
@@ -754,9 +759,9 @@ class Engine:
             return np.asarray(out)[:len(conts)]
         prefix = np.zeros((1, p), np.int32)
         prefix[0, :len(pre)] = pre
-        last, cache = _prefix_cache(graphdef, state, jnp.asarray(prefix),
-                                    jnp.int32(len(pre)), length=p + n_cont)
-        limit = max(1, _SCORE_CACHE_BYTES // sum(x.nbytes for x in jax.tree.leaves(cache)))
+        last, cache = _prefix_cache(graphdef, state, jnp.asarray(prefix), jnp.int32(len(pre)))
+        row_bytes = sum(x.nbytes for x in jax.tree.leaves(cache)) * (p + n_cont) // p
+        limit = max(1, _SCORE_CACHE_BYTES // row_bytes)
         chunk = min(bucket(len(conts), 1), 1 << (limit.bit_length() - 1))  # powers of two
         out = []
         for lo in range(0, len(conts), chunk):

@@ -360,6 +360,33 @@ class TestModel:
         with pytest.raises(ValueError, match="hidden_layers"):
             model(jnp.asarray([[1]]), hidden_layers=(CFG.n_layers + 1,))
 
+    def test_scanned_blocks_equal_the_unrolled_ones_to_the_bit(self, model):
+        graphdef, state = nnx.split(model)
+        blocks = model.stacked_blocks()
+        tokens = jax.random.randint(jax.random.key(1), (2, 12), 0, CFG.vocab_size)
+        layers = tuple(range(CFG.n_layers + 1))
+
+        @jax.jit
+        def both(graphdef, state, blocks, tokens):
+            m = nnx.merge(graphdef, state)
+            h, hidden, cache = m.features(tokens, cache=m.init_cache(2, 16),
+                                          hidden_layers=layers)
+            empty = jnp.zeros((CFG.n_layers, 2, 16, CFG.n_kv_heads, CFG.head_dim))
+            h_s, hidden_s, cache_s = m.scan_features(blocks, tokens, cache=(empty, empty),
+                                                     hidden=True)
+            return (h, jnp.stack(hidden), jnp.stack(cache.k), jnp.stack(cache.v)), (
+                h_s, hidden_s, *cache_s)
+
+        unrolled, scanned = both(graphdef, state, blocks, tokens)
+        for name, a, b in zip(("features", "hidden", "keys", "values"), unrolled, scanned,
+                              strict=True):
+            np.testing.assert_array_equal(a, b, err_msg=name)
+        # without a cache, attention is causal among the tokens: the same features again
+        h_nc, _, none = jax.jit(lambda g, s, b, t: nnx.merge(g, s).scan_features(b, t))(
+            graphdef, state, blocks, tokens)
+        assert none is None
+        np.testing.assert_allclose(h_nc, unrolled[0], atol=1e-6)
+
     def test_config_validation(self, model):
         with pytest.raises(ValueError, match="n_kv_heads must divide n_heads"):
             LlamaConfig(n_heads=9, n_kv_heads=4)

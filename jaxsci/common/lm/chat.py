@@ -449,10 +449,10 @@ def _sampling_key(seed: int | None, temperature: float) -> jax.Array | None:
 
 
 @functools.partial(jax.jit, static_argnames=("k",))
-def _logprobs(graphdef, state, tokens, *, k):
+def _logprobs(graphdef, state, blocks, tokens, *, k):
     """Log-probability of each next token of ``tokens`` and the ``k`` most likely ones."""
     model = nnx.merge(graphdef, state)
-    h, _, _ = model.features(tokens)
+    h, _, _ = model.scan_features(blocks, tokens)
     logp = jax.nn.log_softmax(model.logits(h[:, :-1]).astype(jnp.float32), axis=-1)
     chosen = jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
     top_v, top_i = jax.lax.top_k(logp, k)
@@ -555,7 +555,8 @@ class LocalChat:
         for i, s in enumerate(seqs):
             tokens[i, :len(s)] = s
         chosen, top_v, top_i = (np.asarray(x) for x in _logprobs(
-            *nnx.split(self.engine.model), jnp.asarray(tokens), k=MAX_TOP_LOGPROBS))
+            *nnx.split(self.engine.model), self.engine.stacked_blocks(), jnp.asarray(tokens),
+            k=MAX_TOP_LOGPROBS))
         out = []
         for i, (s, (start, stop)) in enumerate(zip(seqs, spans, strict=True)):
             row = []

@@ -68,7 +68,7 @@ from flax import nnx
 
 from jaxsci.common.lm.bpe import BPETokenizer
 from jaxsci.common.lm.decode import check_decoding_key, check_sampling
-from jaxsci.common.lm.llama import Llama
+from jaxsci.common.lm.llama import Llama, LlamaCache
 from jaxsci.core.validation import check_int
 
 __all__ = ["Engine", "Completion", "Delta", "bucket", "MIN_BUCKET"]
@@ -190,14 +190,22 @@ def _pick(key, logits, temperature, top_p):
     return jax.lax.cond(temperature > 0.0, sample, greedy, key)
 
 
+def _scanned_prefill(model, blocks, tokens, cache_len):
+    """The prompt through the scanned blocks into a cache of ``cache_len`` slots, returned
+    as per-layer buffers for the unrolled decoding steps."""
+    empty = model.init_cache(tokens.shape[0], cache_len)
+    stacked = (jnp.stack(empty.k), jnp.stack(empty.v))
+    h, _, (k, v) = model.scan_features(blocks, tokens, cache=stacked)
+    return h, LlamaCache(tuple(k), tuple(v))
+
+
 @functools.partial(jax.jit, static_argnames=("n_out",))
-def _generate(graphdef, state, tokens, lengths, active, key, temperature, top_p, stop_ids,
-              max_new, *, n_out):
+def _generate(graphdef, state, blocks, tokens, lengths, active, key, temperature, top_p,
+              stop_ids, max_new, *, n_out):
     model = nnx.merge(graphdef, state)
     b, p = tokens.shape
     rows = jnp.arange(b)
-    cache = model.init_cache(b, min(p + n_out, model.config.max_len))
-    h, _, cache = model.features(tokens, cache=cache)
+    h, cache = _scanned_prefill(model, blocks, tokens, min(p + n_out, model.config.max_len))
     key, sub = jax.random.split(key)
     tok = _pick(sub, model.logits(h[rows, lengths - 1]), temperature, top_p)
     tok = jnp.where(active, tok, -1)
@@ -243,12 +251,11 @@ def _token_logprobs(logits, tok, top_k):
 
 
 @functools.partial(jax.jit, static_argnames=("cache_len", "top_k"))
-def _prefill_pick(graphdef, state, tokens, lengths, mask, key, temperature, top_p, *,
+def _prefill_pick(graphdef, state, blocks, tokens, lengths, mask, key, temperature, top_p, *,
                   cache_len, top_k=-1):
     model = nnx.merge(graphdef, state)
     b = tokens.shape[0]
-    cache = model.init_cache(b, cache_len)
-    h, _, cache = model.features(tokens, cache=cache)
+    h, cache = _scanned_prefill(model, blocks, tokens, cache_len)
     key, sub = jax.random.split(key)
     logits = model.logits(h[jnp.arange(b), lengths - 1])
     tok = _pick(sub, _masked(logits, mask), temperature, top_p)
@@ -289,6 +296,7 @@ class _Stepper:
         self._tokens = jnp.asarray(tokens)
         self._cache_len = min(p + bucket(max_new_tokens), c.max_len)
         self._graphdef, self._state = nnx.split(engine.model)
+        self._blocks = engine.stacked_blocks()
         self._settings = (jnp.float32(temperature), jnp.float32(top_p))
         self._key, self._cache, self._tok = key, None, None
 
@@ -298,8 +306,9 @@ class _Stepper:
         m = None if mask is None else jnp.asarray(mask)
         if self.n == 0:
             tok, self._cache, self._key, lp = _prefill_pick(
-                self._graphdef, self._state, self._tokens, jnp.asarray(self.lengths), m,
-                self._key, *self._settings, cache_len=self._cache_len, top_k=self._top_k)
+                self._graphdef, self._state, self._blocks, self._tokens,
+                jnp.asarray(self.lengths), m, self._key, *self._settings,
+                cache_len=self._cache_len, top_k=self._top_k)
         else:  # feed the ids just picked, each at its row's next position
             tok, self._cache, self._key, lp = _step_pick(
                 self._graphdef, self._state, self._cache, self._tok,
@@ -311,10 +320,10 @@ class _Stepper:
 
 
 @functools.partial(jax.jit, static_argnames=("n_cont",))
-def _score(graphdef, state, tokens, prefix_len, cont_len, *, n_cont):
+def _score(graphdef, state, blocks, tokens, prefix_len, cont_len, *, n_cont):
     model = nnx.merge(graphdef, state)
     t = tokens.shape[1]
-    h, _, _ = model.features(tokens)
+    h, _, _ = model.scan_features(blocks, tokens)
     # The logits at position prefix_len - 1 + j predict continuation token j.
     idx = jnp.clip(prefix_len[:, None] - 1 + jnp.arange(n_cont), 0, t - 2)
     feats = jnp.take_along_axis(h, idx[..., None], axis=1)
@@ -326,29 +335,34 @@ def _score(graphdef, state, tokens, prefix_len, cont_len, *, n_cont):
 
 
 @jax.jit
-def _prefix_cache(graphdef, state, prefix, prefix_len):
+def _prefix_cache(graphdef, state, blocks, prefix, prefix_len):
     """The prefix (one row, right-padded to its bucket) run into a cache of as many slots,
     and the features at its last real position (they predict the first continuation
     token). One program per prefix bucket: :func:`_score_after` appends the slots the
     continuations need."""
     model = nnx.merge(graphdef, state)
-    h, _, cache = model.features(prefix, cache=model.init_cache(1, prefix.shape[1]))
+    c = model.config
+    empty = jnp.zeros((c.n_layers, 1, prefix.shape[1], c.n_kv_heads, c.head_dim),
+                      model.embed.embedding[...].dtype)
+    h, _, cache = model.scan_features(blocks, prefix, cache=(empty, empty))
     return h[0, prefix_len - 1], cache
 
 
 @functools.partial(jax.jit, static_argnames=("n_cont",))
-def _score_after(graphdef, state, last, cache, prefix_len, conts, cont_len, *, n_cont):
+def _score_after(graphdef, state, blocks, last, cache, prefix_len, conts, cont_len, *,
+                 n_cont):
     """Summed log-probabilities of the continuation rows after a cached prefix. Each row
     writes its tokens at positions ``prefix_len ..``, over the prefix's padding slots,
     and attends to the slots up to its own position (so padding is never seen)."""
     model = nnx.merge(graphdef, state)
     b = conts.shape[0]
-    # the prefix's slots, then n_cont empty ones for the continuation rows, per row
+    # the prefix's slots (stacked over layers), then n_cont empty ones for the
+    # continuation rows, per row
     cache = jax.tree.map(lambda x: jnp.broadcast_to(
-        jnp.pad(x, ((0, 0), (0, n_cont), (0, 0), (0, 0))), (b, x.shape[1] + n_cont) + x.shape[2:]),
-        cache)
+        jnp.pad(x, ((0, 0), (0, 0), (0, n_cont), (0, 0), (0, 0))),
+        (x.shape[0], b, x.shape[2] + n_cont) + x.shape[3:]), cache)
     pos = jnp.broadcast_to(prefix_len + jnp.arange(n_cont), (b, n_cont))
-    h, _, _ = model.features(conts, pos, cache=cache)
+    h, _, _ = model.scan_features(blocks, conts, pos, cache=cache, return_cache=False)
     feats = jnp.concatenate([jnp.broadcast_to(last, (b, 1, last.shape[-1])), h[:, :-1]],
                             axis=1)
     logp = jax.nn.log_softmax(model.logits(feats).astype(jnp.float32), axis=-1)
@@ -363,11 +377,11 @@ _SCORE_CACHE_BYTES = 1 << 29
 
 
 @functools.partial(jax.jit, static_argnames=("layers",))
-def _forward(graphdef, state, tokens, lengths, *, layers):
+def _forward(graphdef, state, blocks, tokens, lengths, *, layers):
     model = nnx.merge(graphdef, state)
-    h, hidden, _ = model.features(tokens, hidden_layers=layers)
+    h, states, _ = model.scan_features(blocks, tokens, hidden=bool(layers))
     last = model.logits(h[jnp.arange(tokens.shape[0]), lengths - 1])
-    return last, hidden
+    return last, tuple(states[i] for i in layers)
 
 
 # ----------------------------------------------------------------- the engine
@@ -407,6 +421,18 @@ class Engine:
         self.stop_ids = tuple(check_int(f"stop_ids[{i}]", s, min=0, max=v - 1)
                               for i, s in enumerate(stop_ids))
         self.model, self.tokenizer = model, tokenizer
+        self._stacked = None  # (the blocks' weights it was built from, stacked_blocks())
+
+    def stacked_blocks(self) -> tuple[nnx.GraphDef, nnx.State]:
+        """The model's blocks stacked over layers for :meth:`Llama.scan_features` (what
+        the engine's scoring, prefill and hidden-state programs run), built once and
+        rebuilt when any block weight has been replaced (about 430 MB for SmolLM2)."""
+        leaves = jax.tree.leaves(nnx.state(self.model.blocks))
+        held = self._stacked
+        if held is None or len(held[0]) != len(leaves) or any(
+                a is not b for a, b in zip(held[0], leaves, strict=True)):
+            held = self._stacked = (leaves, self.model.stacked_blocks())
+        return held[1]
 
     @classmethod
     def from_gguf(cls, path, *, cache: bool = True, dtype=jnp.float32) -> Engine:
@@ -529,9 +555,10 @@ class Engine:
         n_stop = bucket(len(self.stop_ids), 8)
         stop_ids = jnp.asarray(list(self.stop_ids) + [-2] * (n_stop - len(self.stop_ids)),
                                jnp.int32)
-        out = _generate(graphdef, state, jnp.asarray(tokens), jnp.asarray(lengths),
-                        jnp.asarray(active), key, jnp.float32(temperature),
-                        jnp.float32(top_p), stop_ids, jnp.int32(max_new_tokens), n_out=n_out)
+        out = _generate(graphdef, state, self.stacked_blocks(), jnp.asarray(tokens),
+                        jnp.asarray(lengths), jnp.asarray(active), key,
+                        jnp.float32(temperature), jnp.float32(top_p), stop_ids,
+                        jnp.int32(max_new_tokens), n_out=n_out)
         out = np.asarray(out)
         return [self._completion(out[i], stops) for i in range(len(seqs))]
 
@@ -754,12 +781,14 @@ class Engine:
             prefix_len = np.full((b,), len(pre), np.int32)
             cont_len = np.zeros((b,), np.int32)
             cont_len[:len(conts)] = [len(x) for x in conts]
-            out = _score(graphdef, state, jnp.asarray(tokens), jnp.asarray(prefix_len),
-                         jnp.asarray(cont_len), n_cont=n_cont)
+            out = _score(graphdef, state, self.stacked_blocks(), jnp.asarray(tokens),
+                         jnp.asarray(prefix_len), jnp.asarray(cont_len), n_cont=n_cont)
             return np.asarray(out)[:len(conts)]
         prefix = np.zeros((1, p), np.int32)
         prefix[0, :len(pre)] = pre
-        last, cache = _prefix_cache(graphdef, state, jnp.asarray(prefix), jnp.int32(len(pre)))
+        blocks = self.stacked_blocks()
+        last, cache = _prefix_cache(graphdef, state, blocks, jnp.asarray(prefix),
+                                    jnp.int32(len(pre)))
         row_bytes = sum(x.nbytes for x in jax.tree.leaves(cache)) * (p + n_cont) // p
         limit = max(1, _SCORE_CACHE_BYTES // row_bytes)
         chunk = min(bucket(len(conts), 1), 1 << (limit.bit_length() - 1))  # powers of two
@@ -768,7 +797,7 @@ class Engine:
             part = conts[lo:lo + chunk]
             tokens, cont_len = self._pad(part, n_cont)  # dummy rows are dropped
             out.append(np.asarray(_score_after(
-                graphdef, state, last, cache, jnp.int32(len(pre)), jnp.asarray(tokens),
+                graphdef, state, blocks, last, cache, jnp.int32(len(pre)), jnp.asarray(tokens),
                 jnp.asarray(cont_len), n_cont=n_cont))[:len(part)])
         return np.concatenate(out)
 
@@ -781,8 +810,8 @@ class Engine:
                              f"max_len={c.max_len}")
         tokens, lengths = self._pad(seqs, min(bucket(longest), c.max_len))
         graphdef, state = nnx.split(self.model)
-        last, hidden = _forward(graphdef, state, jnp.asarray(tokens), jnp.asarray(lengths),
-                                layers=layers)
+        last, hidden = _forward(graphdef, state, self.stacked_blocks(), jnp.asarray(tokens),
+                                jnp.asarray(lengths), layers=layers)
         return seqs, np.asarray(last), [np.asarray(x) for x in hidden]
 
     def next_token_logits(self, prompts) -> np.ndarray:

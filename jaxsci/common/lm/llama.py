@@ -39,6 +39,14 @@ program on one busy core), paid once per shape bucket since
 power-of-two buckets. It also keeps the structure of :mod:`~jaxsci.common.lm.model` and
 makes hidden states of any layer a plain list element.
 
+**A scanned twin for whole-prompt programs.** :meth:`Llama.scan_features` runs the same
+blocks as a ``lax.scan`` over a stacked copy of their weights (:meth:`Llama.stacked_blocks`):
+one compiled copy of the block body. The engine's programs that run whole prompts once
+(the prefill of a generation, option scoring, hidden states) use it, since there compile
+time, not per-token speed, dominates; the decoding loop stays unrolled. Its numbers are
+the unrolled ones to the bit (features, hidden states and cache; a test on a small model
+pins it).
+
 **Hidden states.** ``model(tokens, hidden_layers=(i, ...)).hidden`` are the residual
 stream after block ``i`` (``0``: the embeddings, ``n_layers``: the last block before the
 final norm; the Hugging Face ``hidden_states[i]`` convention).
@@ -363,6 +371,63 @@ class Llama(nnx.Module):
                 vs.append(layer_cache[1])
         new_cache = None if cache is None else LlamaCache(tuple(ks), tuple(vs))
         return self.norm(h), tuple(states[i] for i in layers), new_cache
+
+    def stacked_blocks(self) -> tuple[nnx.GraphDef, nnx.State]:
+        """The blocks' structure and their weights stacked on a leading layer axis (a copy).
+
+        For :meth:`scan_features`: pass both to the jitted function as arguments (a
+        closed-over copy would be embedded in the program as a constant).
+        """
+        stacked = jax.tree.map(lambda *xs: jnp.stack(xs),
+                               *[nnx.state(block) for block in self.blocks])
+        return nnx.graphdef(self.blocks[0]), stacked
+
+    def scan_features(
+        self,
+        blocks: tuple[nnx.GraphDef, nnx.State],
+        tokens: Int[Array, "b t"],
+        positions: Int[Array, "b t"] | None = None,
+        *,
+        cache: tuple[Float[Array, "L b s g e"], Float[Array, "L b s g e"]] | None = None,
+        hidden: bool = False,
+        return_cache: bool = True,
+    ):
+        """:meth:`features` as a ``lax.scan`` over the stacked blocks (one compiled copy
+        of the block body instead of ``n_layers``): the same operations per block and,
+        on this project's CPU, the same numbers to the bit (``tests/common/test_llama.py``).
+        Used by programs whose compile time outweighs their run time (option scoring,
+        prefill, hidden states); the decoding loop keeps :meth:`features`, whose per-layer
+        cache buffers are updated in place.
+
+        Args:
+          blocks: :meth:`stacked_blocks` of this model (its current weights).
+          tokens, positions: as in :meth:`features`.
+          cache: keys and values stacked over layers, each ``(n_layers, batch, length,
+            n_kv_heads, head_dim)``, or ``None`` (causal attention among ``tokens``).
+          hidden: also return the residual stream after every block.
+          return_cache: return the updated cache (``False``: ``None``, nothing stacked).
+
+        Returns:
+          ``(h, states, cache)``: the final normed features ``(batch, t, d)``; with
+          ``hidden`` the states ``(n_layers + 1, batch, t, d)`` (0: the embeddings), else
+          ``None``; the updated stacked cache or ``None``.
+        """
+        graphdef, stacked = blocks
+        if tokens.ndim != 2:
+            raise ValueError(f"tokens must have shape (batch, t), got {tokens.shape}")
+        if positions is None:
+            positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+        h0 = self.embed_tokens(tokens)
+
+        def body(h, xs):
+            weights, layer_cache = xs
+            h, layer_cache = nnx.merge(graphdef, weights)(h, positions, layer_cache)
+            return h, (h if hidden else None, layer_cache if return_cache else None)
+
+        h, (states, new_cache) = jax.lax.scan(body, h0, (stacked, cache))
+        if hidden:
+            states = jnp.concatenate([h0[None], states], axis=0)
+        return self.norm(h), states, (new_cache if cache is not None else None)
 
     def __call__(
         self,

@@ -22,8 +22,9 @@ the crashes are XLA's, not the cache's; the trend runs happen in subprocesses, w
 native crash ends without taking the worker (``tests/experiments/test_protocol.py``).
 On 2026-12-02 three clean-clone runs had a worker die (SIGSEGV, in the compile or the
 cache write) on one float64 gradient check after ~1000 other tests in that process (the
-check passes alone): each method's property checks now run in a fresh process
-(``tests/test_properties.py``), and a dead worker ends the run at once
+check passes alone): each method's property checks then ran in a fresh process
+(in the worker again since the cause below was found: ``tests/test_properties.py``),
+and a dead worker ends the run at once
 (``--max-worker-restart=0`` in ``pyproject.toml``) instead of leaving it idle.
 
 **The cause of those crashes (found 2026-12-06): the process runs out of memory
@@ -33,8 +34,8 @@ that has compiled ~4300 programs cannot map the next one, and LLVM's code emissi
 the cache write then segfaults (a clean-clone run of 1054 tests lost both workers this
 way at 81%). ``jax.clear_caches()`` drops the compiled programs and their mappings (300
 programs: 4805 mappings, then 530 after the clear). :func:`pytest_runtest_teardown`
-therefore clears JAX's caches between test modules whenever this process holds more
-than ``JAXSCI_TEST_MAX_MAPS`` (30000) mappings; programs a later test needs again come
+therefore clears JAX's caches between test modules and classes whenever this process
+holds more than ``JAXSCI_TEST_MAX_MAPS`` (30000) mappings; programs a later test needs again come
 back from the persistent compilation cache.
 
 The tests compile with XLA's CPU backend optimisation level 0 and with XLA's older
@@ -129,9 +130,11 @@ def _n_maps() -> int:
 
 
 def pytest_runtest_teardown(item, nextitem):
-    """Between test modules, drop JAX's compiled programs when this process holds more
-    than ``_MAX_MAPS`` memory mappings (see the module docstring)."""
-    if nextitem is not None and getattr(nextitem, "module", None) is getattr(item, "module", None):
+    """Between test modules and classes (``tests/test_properties.py`` holds one class per
+    method), drop JAX's compiled programs when this process holds more than
+    ``_MAX_MAPS`` memory mappings (see the module docstring)."""
+    if nextitem is not None and getattr(nextitem, "module", None) is getattr(
+            item, "module", None) and getattr(nextitem, "cls", None) is getattr(item, "cls", None):
         return
     if _n_maps() > _MAX_MAPS:
         import gc

@@ -1,22 +1,26 @@
 """One parametrised test over every declared entry point (``tests/cases/*.py``) and
 every property it declares (see ``tests/properties.py``).
 
-Each method's checks run in a fresh interpreter: ``TestProperties_<method>`` has one test,
-which runs ``pytest`` on the method's checks in a subprocess (with the test session's
-environment: the fast-compile setting, the worker's compilation cache) and fails with
-the failing checks' report. On 2026-12-02 three clean-clone runs had a worker die
-(SIGSEGV, inside XLA's compile or the cache write of the executable) on
-``streaming_ate.offline_ate-grad[ridge]`` after ~1000 other tests in the same process,
-while the check passed alone and after its method's other tests: a native crash that
-depends on the process's history. A fresh process per method gives every method's
-checks the same history, on CI and locally, and a crash ends one subprocess, not the
-worker. ``JAXSCI_PROPERTIES_INLINE=1`` (set for the subprocess) collects the checks
-themselves, one test each, e.g. to run a single check while debugging::
+``TestProperties_<method>`` holds one test per check of that method's cases; the class
+name tells ``tests/conftest.py`` which method (pytest-xdist scope) the checks belong to,
+so they run on the worker that has already imported the method's modules and compiled
+its programs.
 
-    JAXSCI_PROPERTIES_INLINE=1 python -m pytest -n 0 tests/test_properties.py -k offline_ate
+**History: a fresh process per method (2026-12-02 to 2026-12-06).** On 2026-12-02 three
+clean-clone runs had a worker die (SIGSEGV, inside XLA's compile or the cache write of
+the executable) on ``streaming_ate.offline_ate-grad[ridge]`` after ~1000 other tests in
+the same process, while the check passed alone. Each method's checks then ran in a
+subprocess of their own. The cause, found on 2026-12-06, was the process running out of
+memory mappings (``vm.max_map_count``; ``tests/conftest.py`` now drops JAX's compiled
+programs between test classes and modules when a worker holds too many), so the checks
+run in the worker again: the 37 subprocesses cost ~3 s each of interpreter, pytest and
+import start-up. ``JAXSCI_PROPERTIES_FRESH=1`` brings the fresh processes back (one
+test per method, failing with the failing checks' report), e.g. to tell a native crash
+from a failing check; ``JAXSCI_PROPERTIES_METHOD=<method>`` collects only that method's
+checks, e.g. to run a single check while debugging::
 
-and ``JAXSCI_PROPERTIES_METHOD=<method>`` (also set for the subprocess) loads only that
-method's cases file: importing every method's modules costs the subprocess ~10 s.
+    JAXSCI_PROPERTIES_METHOD=streaming_ate python -m pytest -n 0 tests/test_properties.py \
+        -k offline_ate
 """
 
 import importlib.util
@@ -29,7 +33,7 @@ from pathlib import Path
 import pytest
 from properties import checks
 
-INLINE = os.environ.get("JAXSCI_PROPERTIES_INLINE", "0") == "1"
+FRESH = os.environ.get("JAXSCI_PROPERTIES_FRESH", "0") == "1"
 
 CASES_DIR = Path(__file__).parent / "cases"
 
@@ -86,7 +90,7 @@ def _property_class(method, params):
 
 def _fresh_process_class(method):
     def test_checks_in_a_fresh_process(self):
-        env = {**os.environ, "JAXSCI_PROPERTIES_INLINE": "1", "JAXSCI_PROPERTIES_METHOD": method}
+        env = {**os.environ, "JAXSCI_PROPERTIES_FRESH": "0", "JAXSCI_PROPERTIES_METHOD": method}
         root = Path(__file__).resolve().parent.parent
         proc = subprocess.run(
             [sys.executable, "-m", "pytest", "tests/test_properties.py",
@@ -106,8 +110,12 @@ def _fresh_process_class(method):
                 {"test_checks_in_a_fresh_process": test_checks_in_a_fresh_process})
 
 
-if INLINE:
-    _ONLY = os.environ.get("JAXSCI_PROPERTIES_METHOD") or None
+_ONLY = os.environ.get("JAXSCI_PROPERTIES_METHOD") or None
+
+if FRESH and _ONLY is None:
+    for _method in _methods():
+        globals()[f"TestProperties_{_method}"] = _fresh_process_class(_method)
+else:
     for _method, _params in _by_method(_ONLY).items():
         globals()[f"TestProperties_{_method}"] = _property_class(_method, _params)
 
@@ -116,15 +124,12 @@ if INLINE:
         for case in _load_cases(_ONLY):
             per.setdefault(case.method, set()).add(case.name)
         if _ONLY is not None:
-            # The parent counts only "N passed": every check collected here must belong
-            # to the method it asked for, and there must be some.
+            # A fresh-process parent counts only "N passed": every check collected here
+            # must belong to the method it asked for, and there must be some.
             assert set(per) == {_ONLY}, (
                 f"tests/cases/{_ONLY}.py declares cases of {sorted(per)}, expected {_ONLY}")
         short = {n: len(v) for n, v in per.items() if len(v) < 3}
         assert not short, f"methods with fewer than 3 entry points in the harness: {short}"
-else:
-    for _method in _methods():
-        globals()[f"TestProperties_{_method}"] = _fresh_process_class(_method)
 
 
 def test_every_landed_method_has_a_cases_file():

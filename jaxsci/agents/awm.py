@@ -301,6 +301,13 @@ class Episode(NamedTuple):
     answer: str | None
 
 
+def _pad_rows(x: np.ndarray) -> np.ndarray:
+    """``x`` with copies of its first row appended up to a power-of-two number of rows."""
+    n = len(x)
+    b = 1 << max(0, n - 1).bit_length()
+    return x if b == n else np.concatenate([x, np.repeat(x[:1], b - n, axis=0)])
+
+
 def rollouts(policy: ToolPolicy, config: PolicyConfig, jobs: Sequence[tuple[World, Task]],
              *, seed: int = 0, max_steps: int = 5, greedy: bool = False) -> list[Episode]:
     """Run one episode per ``(world, task)`` job, all in lockstep: at each step one batched
@@ -331,9 +338,12 @@ def rollouts(policy: ToolPolicy, config: PolicyConfig, jobs: Sequence[tuple[Worl
         tmask = np.stack([a[3] for a in ta])
         args_in = (np.stack([o.tokens for o in obs]), np.stack([o.segments for o in obs]),
                    np.stack([a[0] for a in ta]), np.stack([a[1] for a in ta]), tmask)
+        # The live episodes padded to a power-of-two batch (copies of the first, dropped):
+        # a handful of compiled programs instead of one per number of live episodes.
+        args_in = tuple(_pad_rows(x) for x in args_in)
         lt, lans = (np.asarray(x) for x in _forward(policy, *args_in))
         tools = np.asarray([_sample(rng, lt[k], greedy) for k in range(len(live))])
-        la = np.asarray(_arg_logits(policy, *args_in, jnp.asarray(tools)))
+        la = np.asarray(_arg_logits(policy, *args_in, jnp.asarray(_pad_rows(tools))))
         for k, i in enumerate(live):
             world, task = jobs[i]
             o, tool = obs[k], int(tools[k])

@@ -330,7 +330,8 @@ def _llm_forward(graphdef, state, blocks, tokens, last, option_ids, *, layers):
     from flax import nnx
 
     model = nnx.merge(graphdef, state)
-    # the scanned blocks: one compiled block body instead of 30 (same numbers)
+    # the scanned blocks: one compiled block body instead of 30 (the same numbers to
+    # float32 rounding, Llama.scan_features)
     h, hidden, _ = model.scan_features(blocks, tokens, hidden=True)
     rows = jnp.arange(tokens.shape[0])
     logp = jax.nn.log_softmax(model.logits(h[rows, last]).astype(jnp.float32), axis=-1)

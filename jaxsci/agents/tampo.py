@@ -245,13 +245,21 @@ _BUCKETS = (48, 64, 96, 128, 192, 256)
 
 
 @functools.partial(jax.jit, static_argnames=("layers", "pool_layer", "n_cont"))
-def _readout(graphdef, state, tokens, lengths, first_ids, rest, rest_len, *, layers,
+def _readout(graphdef, state, blocks, tokens, lengths, first_ids, rest, rest_len, *, layers,
              pool_layer, n_cont):
+    # The blocks as a lax.scan over their stacked weights (Llama.scan_features): one
+    # compiled block body instead of 30, the same numbers to float32 rounding.
     model = nnx.merge(graphdef, state)
+    c = model.config
     b, t = tokens.shape
     K = first_ids.shape[1]
-    cache = model.init_cache(b, t + n_cont) if n_cont else None
-    _, hidden, cache = model.features(tokens, cache=cache, hidden_layers=(*layers, pool_layer))
+    cache = None
+    if n_cont:
+        empty = jnp.zeros((c.n_layers, b, t + n_cont, c.n_kv_heads, c.head_dim),
+                          model.embed.embedding[...].dtype)
+        cache = (empty, empty)
+    _, states, cache = model.scan_features(blocks, tokens, cache=cache, hidden=True)
+    hidden = [states[i] for i in (*layers, pool_layer)]
     rows = jnp.arange(b)
 
     def head(h):
@@ -264,11 +272,12 @@ def _readout(graphdef, state, tokens, lengths, first_ids, rest, rest_len, *, lay
     pooled = (hidden[-1].astype(jnp.float32) * mask[..., None]).sum(1) / lengths[:, None]
     if n_cont:
         # the options' later tokens, every option continuing the same cached prompt
-        rep = type(cache)(*(tuple(jnp.repeat(x, K, axis=0) for x in part) for part in cache))
+        rep = tuple(jnp.repeat(x, K, axis=1) for x in cache)  # (layers, b K, slots, ...)
         inp = jnp.concatenate([first_ids[..., None], rest[..., :-1]], -1).reshape(b * K, -1)
         pos = (lengths[:, None, None] + jnp.arange(n_cont)[None, None]).repeat(K, 1)
-        _, hid, _ = model.features(inp, pos.reshape(b * K, -1), cache=rep,
-                                   hidden_layers=layers)
+        _, states, _ = model.scan_features(blocks, inp, pos.reshape(b * K, -1), cache=rep,
+                                           hidden=True, return_cache=False)
+        hid = [states[i] for i in layers]
         valid = jnp.arange(n_cont)[None, None] < rest_len[..., None]  # (b, K, n_cont)
         extra = []
         for h in hid:
@@ -339,6 +348,7 @@ def exit_readout(engine, prompts: Sequence[str], options: Sequence[Sequence[str]
     logp = np.zeros((len(prompts), len(layers), K), np.float32)
     pooled = np.zeros((len(prompts), engine.model.config.d_model), np.float32)
     graphdef, state = nnx.split(engine.model)
+    blocks = engine.stacked_blocks()
     B = min(_BATCH, 1 << max(0, len(order) - 1).bit_length())  # a few prompts: a small batch
     for s in range(0, len(order), B):
         chunk = order[s:s + B]
@@ -361,7 +371,8 @@ def exit_readout(engine, prompts: Sequence[str], options: Sequence[Sequence[str]
                 rest[j, k, :len(c) - 1] = c[1:]
                 rest_len[j, k] = len(c) - 1
         sc, po = (np.asarray(x) for x in _readout(
-            graphdef, state, jnp.asarray(tokens), jnp.asarray(lengths), jnp.asarray(first),
+            graphdef, state, blocks, jnp.asarray(tokens), jnp.asarray(lengths),
+            jnp.asarray(first),
             jnp.asarray(rest), jnp.asarray(rest_len), layers=layers, pool_layer=pool,
             n_cont=nc))
         logp[chunk] = sc[:len(chunk)]

@@ -23,6 +23,7 @@ checks, e.g. to run a single check while debugging::
         -k offline_ate
 """
 
+import functools
 import importlib.util
 import os
 import re
@@ -42,9 +43,11 @@ def _methods():
     return [p.stem for p in sorted(CASES_DIR.glob("*.py")) if not p.stem.startswith("_")]
 
 
+@functools.cache
 def _load_cases(only=None):
     """The cases of every method, or of method ``only`` (a fresh process loads just its
-    own method's file: importing all of them costs ~10 s on 2 cores)."""
+    own method's file: importing all of them costs ~10 s on 2 cores); loaded once per
+    process (collection and the entry-point count share them)."""
     out = []
     for stem in _methods():
         if only is not None and stem != only:
@@ -54,7 +57,7 @@ def _load_cases(only=None):
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         out.extend(mod.CASES)
-    return out
+    return tuple(out)
 
 
 @pytest.fixture(autouse=True)

@@ -127,7 +127,7 @@ QUICK_METHODS = ("none", "kl", "steer", "mix_gap")
 
 CONFIGS = {
     "smoke": MisalignmentConfig(steps=2, batch_size=2, pool_tokens=8, n_generate=0,
-                                n_boot=20, subsample=4),
+                                n_boot=20, subsample=2),
     "quick": MisalignmentConfig(methods=QUICK_METHODS),
     # full (not run here): four trained blocks, the same 5-10 epochs, the strength sweeps
     "full": MisalignmentConfig(n_top=4, steps=40, batch_size=8, n_pool=144, n_coherence=48,

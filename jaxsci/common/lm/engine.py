@@ -42,9 +42,12 @@ positions ``0 .. n - 1`` (per-row positions, no left padding), attention is caus
 position, and the cache slots the padding wrote are overwritten before any query can
 see them (:mod:`jaxsci.common.lm.llama`). The cache holds ``prompt bucket + generation
 bucket`` slots (at most the context), so a short request does not attend over 8192
-empty slots. The first call in a bucket compiles (for SmolLM2's 30 unrolled layers,
-measured on one busy core: ~25 s for a batch-1 generation program, ~3 s for scoring);
-later calls reuse it.
+empty slots. The first call in a bucket compiles; later calls reuse it. The decoding
+step unrolls SmolLM2's 30 blocks (measured on one busy core before 2026-12-06, when the
+prefill was unrolled too: ~25 s for a batch-1 generation program); the programs that run
+a whole prompt once (the prefill, scoring, hidden states) scan the blocks
+(:meth:`~jaxsci.common.lm.llama.Llama.scan_features`): a cached-prefix scoring program
+compiles in ~2 s instead of 5.5-7.5 s (``scripts/bench/score.py``, docs/llm.md).
 
 >>> engine = Engine.smollm2()                                            # doctest: +SKIP
 >>> engine.chat([{"role": "user", "content": "What is the capital of France?"}],

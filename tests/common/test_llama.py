@@ -386,6 +386,11 @@ class TestModel:
             graphdef, state, blocks, tokens)
         assert none is None
         np.testing.assert_allclose(h_nc, unrolled[0], atol=1e-6)
+        with pytest.raises(ValueError, match="positions must have the shape"):
+            model.scan_features(blocks, tokens, tokens[:, :3])
+        one_layer = (blocks[0], jax.tree.map(lambda x: x[:1], blocks[1]))
+        with pytest.raises(ValueError, match="blocks must be stacked_blocks"):
+            model.scan_features(one_layer, tokens)
 
     def test_config_validation(self, model):
         with pytest.raises(ValueError, match="n_kv_heads must divide n_heads"):

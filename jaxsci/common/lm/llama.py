@@ -48,7 +48,7 @@ per block are the same, so the numbers agree to float32 rounding (a test pins fe
 hidden states and cache on a small model); XLA may still fuse differently across layers:
 SmolLM2's summed log-probabilities of 7 continuations after a 400-token prompt moved by
 at most 1.5e-5 on the full-pass path and not at all on the cached one, and the quick runs
-of the 12 experiments on SmolLM2 gave identical metrics (2026-12-06).
+of the experiments on SmolLM2 kept their documented numbers (docs/llm.md, 2026-12-06).
 
 **Hidden states.** ``model(tokens, hidden_layers=(i, ...)).hidden`` are the residual
 stream after block ``i`` (``0``: the embeddings, ``n_layers``: the last block before the
@@ -420,6 +420,14 @@ class Llama(nnx.Module):
             raise ValueError(f"tokens must have shape (batch, t), got {tokens.shape}")
         if positions is None:
             positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+        elif positions.shape != tokens.shape:
+            raise ValueError(f"positions must have the shape of tokens {tokens.shape}, "
+                             f"got {positions.shape}")
+        n = self.config.n_layers
+        depth = {x.shape[0] for x in jax.tree.leaves(stacked)}
+        if depth != {n}:
+            raise ValueError(f"blocks must be stacked_blocks() of this model ({n} layers), "
+                             f"got leading axes {sorted(depth)}")
         h0 = self.embed_tokens(tokens)
 
         def body(h, xs):

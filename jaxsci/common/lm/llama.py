@@ -213,6 +213,18 @@ def _block(config: LlamaConfig, rngs: nnx.Rngs) -> Block:
     return Block(config, rngs=rngs, attention=Attention(config, rngs=rngs))
 
 
+def _positions(tokens, positions):
+    """``positions`` (default ``0 .. t - 1`` per row), checked against ``tokens``."""
+    if tokens.ndim != 2:
+        raise ValueError(f"tokens must have shape (batch, t), got {tokens.shape}")
+    if positions is None:
+        return jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+    if positions.shape != tokens.shape:
+        raise ValueError(f"positions must have the shape of tokens {tokens.shape}, "
+                         f"got {positions.shape}")
+    return positions
+
+
 class Llama(nnx.Module):
     """LLaMA decoder (see the module docstring).
 
@@ -353,13 +365,7 @@ class Llama(nnx.Module):
         layers = tuple(hidden_layers)
         for i in layers:
             check_int("hidden_layers[i]", i, min=0, max=c.n_layers)
-        if tokens.ndim != 2:
-            raise ValueError(f"tokens must have shape (batch, t), got {tokens.shape}")
-        if positions is None:
-            positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
-        elif positions.shape != tokens.shape:
-            raise ValueError(f"positions must have the shape of tokens {tokens.shape}, "
-                             f"got {positions.shape}")
+        positions = _positions(tokens, positions)
         if cache is not None and not isinstance(cache, LlamaCache):
             raise TypeError(f"cache must be a LlamaCache, got {type(cache).__name__}")
         h = self.embed_tokens(tokens)
@@ -416,13 +422,7 @@ class Llama(nnx.Module):
           ``None``; the updated stacked cache or ``None``.
         """
         graphdef, stacked = blocks
-        if tokens.ndim != 2:
-            raise ValueError(f"tokens must have shape (batch, t), got {tokens.shape}")
-        if positions is None:
-            positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
-        elif positions.shape != tokens.shape:
-            raise ValueError(f"positions must have the shape of tokens {tokens.shape}, "
-                             f"got {positions.shape}")
+        positions = _positions(tokens, positions)
         n = self.config.n_layers
         depth = {x.shape[0] for x in jax.tree.leaves(stacked)}
         if depth != {n}:

@@ -391,6 +391,14 @@ class TestModel:
         one_layer = (blocks[0], jax.tree.map(lambda x: x[:1], blocks[1]))
         with pytest.raises(ValueError, match="blocks must be stacked_blocks"):
             model.scan_features(one_layer, tokens)
+        # depth: the first blocks only, their states those of the full run
+        _, part, _ = model.scan_features(blocks, tokens, hidden=True, depth=1)
+        assert part.shape[0] == 2
+        np.testing.assert_allclose(part, unrolled[1][:2], rtol=1e-6, atol=1e-6)
+        with pytest.raises(ValueError, match="depth must be <= 2"):
+            model.scan_features(blocks, tokens, depth=3)
+        with pytest.raises(ValueError, match="depth runs part of the model"):
+            model.scan_features(blocks, tokens, cache=blocks[1], depth=1)
 
     def test_config_validation(self, model):
         with pytest.raises(ValueError, match="n_kv_heads must divide n_heads"):
@@ -498,8 +506,28 @@ class TestEngine:
     def test_hidden_states(self, engine):
         (h,) = engine.hidden_states([[5, 70, 200]], layers=[0, 2])
         assert h.shape == (2, 3, CFG.d_model)
-        np.testing.assert_allclose(h, np.asarray(reference(engine.model, [5, 70, 200])[1])[[0, 2]],
-                                   atol=1e-5)
+        want = np.asarray(reference(engine.model, [5, 70, 200])[1])
+        np.testing.assert_allclose(h, want[[0, 2]], atol=1e-5)
+        # below the top: only the blocks up to the deepest layer run, same states
+        (h1,) = engine.hidden_states([[5, 70, 200]], layers=[1])
+        np.testing.assert_allclose(h1, want[[1]], atol=1e-5)
+
+    def test_generated_logprobs_are_the_full_recomputations(self, engine):
+        """``logprobs=True``: the same sampled tokens, each with its untempered
+        log-probability under a full forward of prompt + tokens so far."""
+        p = [[5, 70, 200, 3, 9], [1, 2]]
+        k = jax.random.key(3)
+        plain = engine.generate(p, 5, temperature=1.5, key=k)
+        got = engine.generate(p, 5, temperature=1.5, key=k, logprobs=True)
+        assert [c.tokens for c in got] == [c.tokens for c in plain]
+        assert all(c.logprobs is None for c in plain)
+        for prompt, c in zip(p, got, strict=True):
+            assert len(c.logprobs) == len(c.tokens)
+            logp = jax.nn.log_softmax(reference(engine.model, prompt + c.tokens)[0], -1)
+            want = [float(logp[len(prompt) - 1 + j, t]) for j, t in enumerate(c.tokens)]
+            np.testing.assert_allclose(c.logprobs, want, atol=1e-4)
+        with pytest.raises(TypeError, match="logprobs must be a bool"):
+            engine.generate(p, 2, logprobs=1)
 
     def test_bad_inputs(self, engine):
         with pytest.raises(ValueError, match="prompts\\[0\\] has 60 tokens.*max_len=64"):

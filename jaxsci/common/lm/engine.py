@@ -87,11 +87,15 @@ class Completion(NamedTuple):
       tokens: the generated ids as the model produced them (a final stop id included).
       finish_reason: ``"stop"`` (a stop id or stop string) or ``"length"``
         (``max_new_tokens`` reached).
+      logprobs: with ``generate(..., logprobs=True)``, each of ``tokens``'
+        log-probability under the model's untempered distribution (as
+        :class:`Delta`'s ``logprob``); else ``None``.
     """
 
     text: str
     tokens: list[int]
     finish_reason: str
+    logprobs: list[float] | None = None
 
 
 class Delta(NamedTuple):
@@ -202,25 +206,36 @@ def _scanned_prefill(model, blocks, tokens, cache_len):
     return h, LlamaCache(tuple(k), tuple(v))
 
 
-@functools.partial(jax.jit, static_argnames=("n_out",))
+def _chosen_logprob(logits, tok):
+    """The untempered log-probability of ``tok`` (``(b,)``; negative ids read id 0)."""
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    return jnp.take_along_axis(logp, jnp.maximum(tok, 0)[:, None], axis=-1)[:, 0]
+
+
+@functools.partial(jax.jit, static_argnames=("n_out", "logprobs"))
 def _generate(graphdef, state, blocks, tokens, lengths, active, key, temperature, top_p,
-              stop_ids, max_new, *, n_out):
+              stop_ids, max_new, *, n_out, logprobs=False):
+    # logprobs (static): also a (b, n_out) buffer of the picked tokens' log-probabilities;
+    # without it the carry holds None and the program is the plain loop.
     model = nnx.merge(graphdef, state)
     b, p = tokens.shape
     rows = jnp.arange(b)
     h, cache = _scanned_prefill(model, blocks, tokens, min(p + n_out, model.config.max_len))
     key, sub = jax.random.split(key)
-    tok = _pick(sub, model.logits(h[rows, lengths - 1]), temperature, top_p)
+    logits = model.logits(h[rows, lengths - 1])
+    tok = _pick(sub, logits, temperature, top_p)
     tok = jnp.where(active, tok, -1)
     out = jnp.full((b, n_out), -1, jnp.int32).at[:, 0].set(tok)
+    lp = (jnp.zeros((b, n_out), jnp.float32).at[:, 0].set(_chosen_logprob(logits, tok))
+          if logprobs else None)
     done = ~active | jnp.isin(tok, stop_ids)
 
     def cond(carry):
-        n, _, _, _, done = carry
+        n, _, _, _, _, done = carry
         return (n < max_new) & ~jnp.all(done)
 
     def body(carry):
-        n, out, cache, key, done = carry
+        n, out, lp, cache, key, done = carry
         prev = out[:, n - 1]
         # A finished row feeds a dummy id; its writes land past its last position, or
         # past the cache's end (dropped), and nothing reads them.
@@ -228,14 +243,17 @@ def _generate(graphdef, state, blocks, tokens, lengths, active, key, temperature
         pos = lengths + n - 1
         h, _, cache = model.features(feed[:, None], pos[:, None], cache=cache)
         key, sub = jax.random.split(key)
-        tok = _pick(sub, model.logits(h[:, 0]), temperature, top_p)
+        logits = model.logits(h[:, 0])
+        tok = _pick(sub, logits, temperature, top_p)
         tok = jnp.where(done, -1, tok)
         out = out.at[:, n].set(tok)
-        return n + 1, out, cache, key, done | jnp.isin(tok, stop_ids)
+        if lp is not None:
+            lp = lp.at[:, n].set(_chosen_logprob(logits, tok))
+        return n + 1, out, lp, cache, key, done | jnp.isin(tok, stop_ids)
 
-    init = (jnp.asarray(1, jnp.int32), out, cache, key, done)
-    _, out, _, _, _ = jax.lax.while_loop(cond, body, init)
-    return out
+    init = (jnp.asarray(1, jnp.int32), out, lp, cache, key, done)
+    _, out, lp, _, _, _ = jax.lax.while_loop(cond, body, init)
+    return out if lp is None else (out, lp)
 
 
 def _masked(logits, mask):
@@ -248,9 +266,8 @@ def _token_logprobs(logits, tok, top_k):
     if top_k < 0:
         return None
     logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    chosen = jnp.take_along_axis(logp, tok[:, None], axis=-1)[:, 0]
     top_v, top_i = jax.lax.top_k(logp, max(top_k, 1))
-    return chosen, top_v, top_i
+    return _chosen_logprob(logits, tok), top_v, top_i
 
 
 @functools.partial(jax.jit, static_argnames=("cache_len", "top_k"))
@@ -379,12 +396,20 @@ def _score_after(graphdef, state, blocks, last, cache, prefix_len, conts, cont_l
 _SCORE_CACHE_BYTES = 1 << 29
 
 
-@functools.partial(jax.jit, static_argnames=("layers",))
-def _forward(graphdef, state, blocks, tokens, lengths, *, layers):
+@jax.jit
+def _forward(graphdef, state, blocks, tokens, lengths):
     model = nnx.merge(graphdef, state)
-    h, states, _ = model.scan_features(blocks, tokens, hidden=bool(layers))
-    last = model.logits(h[jnp.arange(tokens.shape[0]), lengths - 1])
-    return last, tuple(states[i] for i in layers)
+    h, _, _ = model.scan_features(blocks, tokens, return_cache=False)
+    return model.logits(h[jnp.arange(tokens.shape[0]), lengths - 1])
+
+
+@functools.partial(jax.jit, static_argnames=("layers",))
+def _hidden(graphdef, state, blocks, tokens, *, layers):
+    # Only the blocks up to the deepest layer asked for run (no head).
+    model = nnx.merge(graphdef, state)
+    _, states, _ = model.scan_features(blocks, tokens, hidden=True, return_cache=False,
+                                       depth=max(layers))
+    return tuple(states[i] for i in layers)
 
 
 # ----------------------------------------------------------------- the engine
@@ -524,7 +549,7 @@ class Engine:
 
     def generate(self, prompts, max_new_tokens: int, *, temperature: float = 0.0,
                  top_p: float = 1.0, key: jax.Array | None = None,
-                 stop: str | Sequence[str] = ()) -> list[Completion]:
+                 stop: str | Sequence[str] = (), logprobs: bool = False) -> list[Completion]:
         """Continue each prompt by up to ``max_new_tokens`` tokens, the batch in one program.
 
         Args:
@@ -537,6 +562,9 @@ class Engine:
           key: PRNG key, required when ``temperature > 0``; the same key gives the same
             completions (for the same batch).
           stop: stop string(s); the text is cut before the first occurrence.
+          logprobs: also return each generated token's log-probability under the
+            untempered model (``Completion.logprobs``), read from the logits the token was
+            picked from (no second pass).
 
         Returns:
           one :class:`Completion` per prompt, in order.
@@ -546,6 +574,8 @@ class Engine:
             ``max_new_tokens`` exceeds the model's context.
         """
         stops = _check_stops(stop)
+        if not isinstance(logprobs, bool):
+            raise TypeError(f"logprobs must be a bool, got {type(logprobs).__name__}")
         seqs, temperature, top_p, key = self._inputs(prompts, max_new_tokens, temperature,
                                                      top_p, key)
         c = self.model.config
@@ -561,9 +591,11 @@ class Engine:
         out = _generate(graphdef, state, self.stacked_blocks(), jnp.asarray(tokens),
                         jnp.asarray(lengths), jnp.asarray(active), key,
                         jnp.float32(temperature), jnp.float32(top_p), stop_ids,
-                        jnp.int32(max_new_tokens), n_out=n_out)
-        out = np.asarray(out)
-        return [self._completion(out[i], stops) for i in range(len(seqs))]
+                        jnp.int32(max_new_tokens), n_out=n_out, logprobs=logprobs)
+        out, lp = (np.asarray(out[0]), np.asarray(out[1])) if logprobs else (np.asarray(out),
+                                                                            None)
+        return [self._completion(out[i], stops, None if lp is None else lp[i])
+                for i in range(len(seqs))]
 
     def generate_masked(self, prompts, max_new_tokens: int,
                         allowed: Callable[[int, list[int]], np.ndarray | None], *,
@@ -708,7 +740,8 @@ class Engine:
 
         return token_bytes(self.tokenizer)
 
-    def _completion(self, row: np.ndarray, stops: tuple[str, ...]) -> Completion:
+    def _completion(self, row: np.ndarray, stops: tuple[str, ...],
+                    logprobs: np.ndarray | None = None) -> Completion:
         ids = [int(t) for t in row if t >= 0]
         reason, body = "length", ids
         if ids and ids[-1] in self.stop_ids:
@@ -717,7 +750,8 @@ class Engine:
         cuts = [text.find(s) for s in stops if s in text]
         if cuts:
             text, reason = text[:min(cuts)], "stop"
-        return Completion(text, ids, reason)
+        return Completion(text, ids, reason,
+                          None if logprobs is None else logprobs[:len(ids)].tolist())
 
     def chat(self, conversations, max_new_tokens: int, **kwargs) -> list[Completion]:
         """:meth:`generate` the assistant's reply to one conversation or a batch of them.
@@ -804,7 +838,7 @@ class Engine:
                 jnp.asarray(cont_len), n_cont=n_cont))[:len(part)])
         return np.concatenate(out)
 
-    def _forward(self, prompts, layers: tuple[int, ...]):
+    def _padded(self, prompts):
         seqs = self._batch("prompts", prompts)
         c = self.model.config
         longest = max(len(s) for s in seqs)
@@ -812,15 +846,14 @@ class Engine:
             raise ValueError(f"a prompt has {longest} tokens, more than the model's context "
                              f"max_len={c.max_len}")
         tokens, lengths = self._pad(seqs, min(bucket(longest), c.max_len))
-        graphdef, state = nnx.split(self.model)
-        last, hidden = _forward(graphdef, state, self.stacked_blocks(), jnp.asarray(tokens),
-                                jnp.asarray(lengths), layers=layers)
-        return seqs, np.asarray(last), [np.asarray(x) for x in hidden]
+        return seqs, jnp.asarray(tokens), jnp.asarray(lengths)
 
     def next_token_logits(self, prompts) -> np.ndarray:
         """The logits after each prompt's last token, ``(len(prompts), vocab_size)`` float32."""
-        seqs, last, _ = self._forward(prompts, ())
-        return last[:len(seqs)]
+        seqs, tokens, lengths = self._padded(prompts)
+        graphdef, state = nnx.split(self.model)
+        last = _forward(graphdef, state, self.stacked_blocks(), tokens, lengths)
+        return np.asarray(last)[:len(seqs)]
 
     def hidden_states(self, prompts, layers: Sequence[int]) -> list[np.ndarray]:
         """The residual stream after the given blocks, per prompt.
@@ -828,7 +861,8 @@ class Engine:
         Args:
           prompts: as in :meth:`generate`.
           layers: block indices in ``0 .. n_layers`` (0: the embeddings; ``n_layers``:
-            the last block, before the final norm).
+            the last block, before the final norm). Only the blocks up to the deepest
+            one asked for run.
 
         Returns:
           one ``(len(layers), prompt length, d_model)`` float32 array per prompt.
@@ -837,8 +871,10 @@ class Engine:
             raise TypeError("layers must be a non-empty sequence of ints")
         n = self.model.config.n_layers
         layers = tuple(check_int(f"layers[{i}]", x, min=0, max=n) for i, x in enumerate(layers))
-        seqs, _, hidden = self._forward(prompts, layers)
-        stack = np.stack(hidden)  # (layers, batch, t, d)
+        seqs, tokens, _ = self._padded(prompts)
+        graphdef, state = nnx.split(self.model)
+        hidden = _hidden(graphdef, state, self.stacked_blocks(), tokens, layers=layers)
+        stack = np.stack([np.asarray(x) for x in hidden])  # (layers, batch, t, d)
         return [stack[:, i, :len(s)] for i, s in enumerate(seqs)]
 
     def __repr__(self) -> str:

@@ -400,6 +400,7 @@ class Llama(nnx.Module):
         cache: tuple[Float[Array, "L b s g e"], Float[Array, "L b s g e"]] | None = None,
         hidden: bool = False,
         return_cache: bool = True,
+        depth: int | None = None,
     ):
         """:meth:`features` as a ``lax.scan`` over the stacked blocks (one compiled copy
         of the block body instead of ``n_layers``): the same operations per block, the
@@ -415,19 +416,28 @@ class Llama(nnx.Module):
             n_kv_heads, head_dim)``, or ``None`` (causal attention among ``tokens``).
           hidden: also return the residual stream after every block.
           return_cache: return the updated cache (``False``: ``None``, nothing stacked).
+          depth: run only the first ``depth`` blocks (``None``: all ``n_layers``), for
+            hidden states below the top (half the work for a middle layer); ``h`` is then
+            the stream after block ``depth`` through the final norm. Not with ``cache``.
 
         Returns:
           ``(h, states, cache)``: the final normed features ``(batch, t, d)``; with
-          ``hidden`` the states ``(n_layers + 1, batch, t, d)`` (0: the embeddings), else
+          ``hidden`` the states ``(depth + 1, batch, t, d)`` (0: the embeddings), else
           ``None``; the updated stacked cache or ``None``.
         """
         graphdef, stacked = blocks
         positions = _positions(tokens, positions)
         n = self.config.n_layers
-        depth = {x.shape[0] for x in jax.tree.leaves(stacked)}
-        if depth != {n}:
+        axes = {x.shape[0] for x in jax.tree.leaves(stacked)}
+        if axes != {n}:
             raise ValueError(f"blocks must be stacked_blocks() of this model ({n} layers), "
-                             f"got leading axes {sorted(depth)}")
+                             f"got leading axes {sorted(axes)}")
+        if depth is not None:
+            check_int("depth", depth, min=0, max=n)
+            if cache is not None:
+                raise ValueError("depth runs part of the model: it cannot fill a cache")
+            if depth < n:
+                stacked = jax.tree.map(lambda x: x[:depth], stacked)
         h0 = self.embed_tokens(tokens)
 
         def body(h, xs):

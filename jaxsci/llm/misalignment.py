@@ -141,7 +141,8 @@ class Sequences(NamedTuple):
 
 class Safeguards(NamedTuple):
     """Strengths of the safeguards (traced scalars; zero switches one off) and the
-    general pool's sampling weights (``(pool,)``, summing to one).
+    general pool's sampling weights (``(pool,)``, summing to one; ``None`` when no general
+    pool is given).
 
     ``kl``: (i); ``features``: (ii); ``steer``: (iii), multiples of the persona vector;
     ``mix``: (iv), the weight of the general cross-entropy.
@@ -478,7 +479,8 @@ def finetune(key: jax.Array, frozen: Frozen, config: LoraConfig, data: Sequences
     opt = optax.adamw(optax.warmup_cosine_decay_schedule(
         0.0, learning_rate, max(1, steps // 10), steps, 0.1 * learning_rate),
         weight_decay=0.0)
-    s = Safeguards(*(jnp.asarray(x, jnp.float32) for x in safeguards))
+    s = Safeguards(*(None if x is None else jnp.asarray(x, jnp.float32)
+                     for x in safeguards))  # pool_weights may be None without a pool
     ref = (reference(frozen, data, width=width) if {"kl", "features"} & set(terms)
            else None)
     out, _, aux = fit(loss_fn, params, opt, k_fit,

@@ -103,11 +103,12 @@ def test_persona_vector_is_the_answer_mean_difference(seqs):
     np.testing.assert_allclose(M.persona_vector(a, b, seqs, seqs), 2.0, atol=1e-5)
 
 
-def _safeguards(**kw):
+def _safeguards(pool=True, **kw):
     r = len(next(iter(kw.values())))
     z = np.zeros(r, np.float32)
     vals = {k: np.asarray(kw.get(k, z), np.float32) for k in ("kl", "features", "steer", "mix")}
-    return M.Safeguards(**vals, pool_weights=np.full((r, 6), 1 / 6, np.float32))
+    return M.Safeguards(**vals, pool_weights=np.full((r, 6), 1 / 6, np.float32) if pool
+                        else None)
 
 
 @pytest.fixture(scope="module")
@@ -119,8 +120,10 @@ def stacked(frozen, seqs):
 
 def test_stacked_runs_are_independent_and_kl_holds_the_model_back(frozen, seqs, stacked):
     lora, losses, parts = stacked
+    # one run alone, without a general pool (pool_weights None): the stacked run's losses
     alone, alone_losses, _ = M.finetune(jax.random.key(0), frozen, LORA, seqs,
-                                        _safeguards(kl=[5.0]), terms=("kl",), steps=12,
+                                        _safeguards(kl=[5.0], pool=False), terms=("kl",),
+                                        steps=12,
                                         batch_size=3, learning_rate=3e-2, width=5)
     np.testing.assert_allclose(alone_losses[:, 0], losses[:, 2], rtol=1e-4, atol=1e-5)
     assert losses.shape == (12, 3)
@@ -176,6 +179,14 @@ def test_config_errors_name_the_field():
         E.MisalignmentConfig(methods=("none", "dropout"))
     with pytest.raises(ValueError, match="must hold 'none'"):
         E.MisalignmentConfig(methods=("kl", "steer"))
+    with pytest.raises(ValueError, match=re.escape("benign_methods[1]")):
+        E.MisalignmentConfig(benign_methods=("none", "features"))
+    with pytest.raises(ValueError, match=re.escape("benign_methods[1]='steer' is not in")):
+        E.MisalignmentConfig(methods=("none", "kl"), benign_methods=("none", "steer"))
+    with pytest.raises(ValueError, match="benign_methods must hold 'none'"):
+        E.MisalignmentConfig(benign_methods=("kl",))
+    quick = E.CONFIGS["quick"]  # the pool is built only for interleaving runs
+    assert not quick.interleaves and E.MisalignmentConfig().interleaves
 
 
 def test_the_data_splits_and_the_benign_task():

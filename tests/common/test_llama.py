@@ -227,6 +227,23 @@ class TestGGUF:
         np.testing.assert_array_equal(a.embed.embedding[...], params["token_embd.weight"])
         np.testing.assert_array_equal(a.blocks[1].mlp.w2.kernel[...],
                                       params["blk.1.ffn_down.weight"].T)
+        # the module tree is built once per config; each model has its own variables
+        b.blocks[1].mlp.w2.kernel.set_value(jnp.zeros_like(b.blocks[1].mlp.w2.kernel[...]))
+        np.testing.assert_array_equal(a.blocks[1].mlp.w2.kernel[...],
+                                      params["blk.1.ffn_down.weight"].T)
+        assert not np.any(np.asarray(b.blocks[1].mlp.w2.kernel[...]))
+
+    def test_a_rewritten_file_is_parsed_again(self, tmp_path):
+        """The parse is kept per file; a file written again (size, time) is read anew, and
+        a caller's edits to the returned metadata do not reach the next caller."""
+        path = tmp_path / "m.gguf"
+        write_gguf(path, hf_weights())
+        meta = G.read_metadata(path)
+        assert meta["general.architecture"] == "llama"
+        meta["general.architecture"] = "edited"
+        assert G.read_metadata(path)["general.architecture"] == "llama"
+        write_gguf(path, hf_weights(), arch="gpt2")
+        assert G.read_metadata(path)["general.architecture"] == "gpt2"
 
     def test_wrong_architecture(self, tmp_path):
         write_gguf(tmp_path / "gpt2.gguf", hf_weights(), arch="gpt2")

@@ -170,13 +170,28 @@ class _Parser:
         self.fail(f"unknown metadata value type {vtype}")
 
 
+_PARSED: dict = {}  # (path, size, mtime) -> _parse's result, the last few files read
+
+
 def _parse(path: Path):
     """``(metadata, tensors, buffer)``: ``tensors`` maps a name to ``(dims, type, offset)``.
 
     A direct reading of the format (header, key-value pairs, tensor infos, aligned data),
     because ``gguf.GGUFReader`` builds one NumPy view per string and takes ~5 s on
-    SmolLM2's 98k tokenizer strings.
+    SmolLM2's 98k tokenizer strings. Kept per file (path, size and modification time):
+    a second load in the same process (the tokenizer, then the weights; another engine)
+    skips the ~0.5 s of parsing.
     """
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _PARSED:
+        if len(_PARSED) >= 4:
+            _PARSED.pop(next(iter(_PARSED)))
+        _PARSED[key] = _parse_file(path)
+    return _PARSED[key]
+
+
+def _parse_file(path: Path):
     buf = np.memmap(path, dtype=np.uint8, mode="r")
     p = _Parser(buf, path)
     if len(buf) < 24 or bytes(buf[:4]) != _MAGIC:
@@ -232,7 +247,7 @@ def read_metadata(path) -> dict[str, Any]:
     Raises:
       FileNotFoundError: no such file. ValueError: not a (little-endian v2/v3) GGUF file.
     """
-    return _parse(_check_path(path))[0]
+    return dict(_parse(_check_path(path))[0])  # a copy: the parse is shared
 
 
 def _require(meta: Mapping[str, Any], key: str):

@@ -225,6 +225,9 @@ def _positions(tokens, positions):
     return positions
 
 
+_ABSTRACT: dict = {}  # (class, config) -> (graphdef, abstract state), for from_params
+
+
 class Llama(nnx.Module):
     """LLaMA decoder (see the module docstring).
 
@@ -273,7 +276,13 @@ class Llama(nnx.Module):
         """
         if not isinstance(config, LlamaConfig):
             raise TypeError(f"config must be a LlamaConfig, got {type(config).__name__}")
-        model = nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(0)))
+        # The module tree without values, traced once per (class, config): the copy made
+        # by tree.map gives this model Variables of its own.
+        if (cls, config) not in _ABSTRACT:
+            _ABSTRACT[cls, config] = nnx.split(nnx.eval_shape(lambda: cls(config,
+                                                                          rngs=nnx.Rngs(0))))
+        graphdef, abstract = _ABSTRACT[cls, config]
+        model = nnx.merge(graphdef, jax.tree.map(lambda x: x, abstract))
 
         def put(var, name, transpose):
             if name not in params:

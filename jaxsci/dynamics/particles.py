@@ -53,6 +53,14 @@ integrator's local error). The step is fixed so that ``vmap`` over thousands of
 settings runs in lock step with no wasted rejected steps; ``made_jump=True`` tells
 the FSAL solver that the state was changed by the projection.
 
+Long horizons. Attention alone merges its metastable clusters on a time that grows
+exponentially with ``beta``, far beyond what fixed steps reach. :func:`solve_to_rest`
+integrates with adaptive steps (diffrax's ``PIDController``) and stops at the first
+step where the largest velocity falls below ``vtol`` (a ``diffrax.Event``), saving
+states at given (e.g. log-spaced) times. It pays per step, and an explicit solver's
+step is held near the fastest (intra-cluster) rate while slow clusters merge, so its
+reach is a step budget, not a time: ``scripts/particles_collapse.py`` measures it.
+
 Clusters. The final empirical measure is summarised by its atoms:
 :func:`count_clusters` merges particles closer than ``tol`` (connected components
 of the ``|x_i - x_j| < tol`` graph, by min-label propagation inside
@@ -88,7 +96,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Bool, Float, Int
 
 from jaxsci.core.sphere import normalize, project_tangent
 from jaxsci.core.validation import (
@@ -112,6 +120,8 @@ __all__ = [
     "energy",
     "is_gradient_flow",
     "solve",
+    "RestTrajectory",
+    "solve_to_rest",
     "count_clusters",
     "cluster_masses",
     "check_on_sphere",
@@ -428,6 +438,105 @@ def _solve(flow, x0, dt_arr, n_steps, n_save, solver):
     xs = jnp.concatenate([x0[None], xs])
     es = jax.vmap(lambda y: energy(flow, y))(xs)
     return Trajectory(ts, xs, es, xs[-1])
+
+
+class RestTrajectory(NamedTuple):
+    """Output of :func:`solve_to_rest`."""
+
+    ts: Float[Array, " s"]  # the requested save times
+    xs: Float[Array, "s n d"]  # states at them (after the stop: the final state)
+    final: Float[Array, "n d"]  # the state where the solve stopped
+    t_stop: Float[Array, ""]  # where it stopped: the event, t1, or the step budget
+    at_rest: Bool[Array, ""]  # stopped by the event (max |velocity| < vtol)
+    n_steps: Int[Array, ""]  # accepted + rejected steps taken
+
+
+def solve_to_rest(
+    flow: ParticleFlow,
+    x0: Float[Array, "n d"],
+    t1: float | Float[Array, ""],
+    ts: Float[Array, " s"],
+    *,
+    vtol: float | Float[Array, ""] = 1e-6,
+    rtol: float = 1e-5,
+    atol: float = 1e-7,
+    dt0: float = 0.1,
+    max_steps: int = 100_000,
+    solver: diffrax.AbstractSolver | None = None,
+) -> RestTrajectory:
+    """Integrate with adaptive steps until the flow is at rest, ``t1``, or the step budget.
+
+    Adaptive steps (``diffrax.PIDController(rtol, atol)``) on the projected field, the
+    state read through its radial projection (the exact flow stays on the sphere; the
+    returned states are renormalised). The solve stops at the first step where
+    ``max |velocity| < vtol`` (``diffrax.Event``: a critical point, e.g. one cluster, or
+    a metastable configuration slower than ``vtol``), at ``t1``, or after ``max_steps``
+    steps (then ``t_stop`` is where the budget ran out). In float32 keep ``vtol`` above
+    ~1e-7 (round-off of the velocity of a collapsed cluster).
+
+    Args:
+      flow: the :class:`ParticleFlow` (traced: vmap over its arrays).
+      x0: ``(n, d)`` initial tokens on the unit sphere.
+      t1: the horizon (traced).
+      ts: ``(s,)`` increasing save times in ``(0, t1]`` (traced), e.g. log-spaced.
+      vtol: the rest threshold on the largest velocity component (traced).
+      rtol, atol, dt0: the step controller's tolerances and first step.
+      max_steps: the step budget (static).
+      solver: a diffrax solver (default ``diffrax.Tsit5()``).
+
+    Returns:
+      :class:`RestTrajectory`. Not for gradients (the stop is a discrete event): use
+      :func:`solve` to differentiate.
+    """
+    if not isinstance(x0, jax.Array):
+        x0 = jnp.asarray(x0)
+    _check_state(flow, x0)
+    check_scalar("t1", t1, gt=0.0)
+    check_scalar("vtol", vtol, gt=0.0)
+    check_scalar("rtol", rtol, gt=0.0)
+    check_scalar("atol", atol, gt=0.0)
+    check_scalar("dt0", dt0, gt=0.0)
+    max_steps = check_int("max_steps", max_steps, min=1)
+    ts = check_array("ts", jnp.asarray(ts, x0.dtype), ndim=1, dtype="floating")
+    if solver is None:
+        solver = diffrax.Tsit5()
+    if not isinstance(solver, diffrax.AbstractSolver):
+        raise TypeError(f"solver must be a diffrax solver (e.g. diffrax.Tsit5()), got "
+                        f"{type(solver).__name__}")
+    return _solve_to_rest(flow, x0, jnp.asarray(t1, x0.dtype), ts,
+                          jnp.asarray(vtol, x0.dtype), rtol, atol, dt0, max_steps, solver)
+
+
+@eqx.filter_jit
+def _solve_to_rest(flow, x0, t1, ts, vtol, rtol, atol, dt0, max_steps, solver):
+    tol = 1e-4 if x0.dtype == jnp.float32 else 1e-8
+    x0 = eqx.error_if(x0, ~jnp.all(jnp.abs(jnp.linalg.norm(x0, axis=-1) - 1) <= tol),
+                      "x0 must lie on the unit sphere (row norms 1)")
+    ts = eqx.error_if(ts, ~(jnp.all(jnp.diff(ts) > 0) & (ts[0] > 0) & (ts[-1] <= t1)),
+                      "ts must increase within (0, t1]")
+
+    def field(t, y, args):
+        x = normalize(y)
+        return project_tangent(x, _raw_velocity(args, x))
+
+    def rest(t, y, args, **kwargs):
+        return jnp.max(jnp.abs(field(t, y, args))) < vtol
+
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(field), solver, jnp.zeros((), x0.dtype), t1, dt0, x0, args=flow,
+        saveat=diffrax.SaveAt(ts=ts, t1=True),
+        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
+        event=diffrax.Event(rest), max_steps=max_steps, throw=False)
+    # diffrax fills the save slots in order: the requested times reached, then the state
+    # where the solve stopped, then inf; from that slot on the state is the final one
+    last = jnp.sum(jnp.isfinite(sol.ts)) - 1
+    final = normalize(sol.ys[last])
+    t_stop = sol.ts[last]
+    keep = (jnp.arange(ts.shape[0]) < last)[:, None, None]
+    xs = jnp.where(keep, normalize(jnp.where(keep, sol.ys[:-1], 1.0)), final[None])
+    return RestTrajectory(ts, xs, final, t_stop,
+                          sol.result == diffrax.RESULTS.event_occurred,
+                          sol.stats["num_steps"])
 
 
 # --------------------------------------------------------------------------- clusters

@@ -76,6 +76,26 @@ def test_attention_only_collapses_to_one_cluster(x0):
     assert int(pt.cluster_masses(labels).max()) == N
 
 
+def test_solve_to_rest_follows_the_flow_and_stops_at_rest(x0):
+    """Adaptive steps give the fixed-step states at the save times, stop by the event
+    once the tokens have collapsed (one cluster), and hold the final state after it; a
+    step budget too small stops it early, not at rest."""
+    flow = pt.make_flow(D, 1.0)
+    ts = jnp.asarray([2.0, 5.0, 1e3, 1e4])
+    r = pt.solve_to_rest(flow, x0, 1e4, ts, vtol=1e-5)
+    assert bool(r.at_rest) and float(r.t_stop) < 1e3
+    fixed = pt.solve(flow, x0, 5.0, 0.01, n_save=5)  # t = 2 and 5 among the saves
+    np.testing.assert_allclose(r.xs[0], fixed.xs[2], atol=2e-4)
+    np.testing.assert_allclose(r.xs[1], fixed.xs[5], atol=2e-4)
+    assert int(pt.count_clusters(r.final, 1e-2)[0]) == 1
+    np.testing.assert_array_equal(r.xs[2], r.final)
+    np.testing.assert_array_equal(r.xs[3], r.final)
+    np.testing.assert_allclose(np.linalg.norm(r.final, axis=-1), 1.0, atol=1e-6)
+    short = pt.solve_to_rest(flow, x0, 1e4, ts, vtol=1e-5, max_steps=5)
+    assert not bool(short.at_rest) and int(short.n_steps) == 5
+    assert float(short.t_stop) < float(r.t_stop)
+
+
 def test_solver_converges_with_order():
     # Smooth (tanh) perceptron in float64: the projected Tsit5 step keeps high order,
     # the projected Heun step order 2 (halving dt divides the error by ~4).

@@ -101,7 +101,7 @@ class GoalsConfig:
 CONFIGS = {
     "smoke": GoalsConfig(agent_steps=20, agent_batch=20, d_model=16, n_layers=1,
                          agent_sizes=(5, 7), sizes=(5,), densities=(0.0, 0.3), n_eval=16, plan_k=2,
-                         n_plan=48, n_llm=12, n_llm_transformed=4, llm_batch=4,
+                         n_plan=48, n_llm=8, n_llm_transformed=2, llm_batch=2,
                          probe_steps=20),
     "quick": GoalsConfig(),
     "full": GoalsConfig(agent_steps=2000, n_eval=1000, n_plan=3000, n_llm=800,

@@ -49,8 +49,26 @@ Phase boundaries (per neuron, N -> infinity)
    ``alpha_th = 0.043``: that is ``(1/b)^2 / 2``, the support edge mistaken for
    ``1/b``; its own script computes ``(1 - 1/b)^2 / 2 = 0.25``.)
 
-Which density the finite-N Monte Carlo follows is measured by the ``hopfield``
-experiment (``docs/hopfield.md``).
+6. The summed noise floor (``floor="sum"``). The paper's spin-glass energy keeps only
+   the nearest spurious pattern. The kernel sums over all patterns, and the
+   ``e^{N(alpha + s_rand(phi))}`` patterns at an intermediate overlap ``phi`` can
+   outweigh it (the random-energy-model estimate of the sum, as in Lucibello & Mezard
+   for LSE): per neuron ``(1/N) log sum_mu k(phi_mu) -> max_{phi <= phi_max}
+   [alpha + s_rand(phi) + log k(phi) / N]``, whose end point ``phi = phi_max`` is the
+   nearest-pattern term. LSE (``log k / N = -beta (1 - phi)``): the interior
+   maximiser solves ``s_rand'(phi) = -beta`` (exact: ``beta phi^2 + phi - beta = 0``;
+   Gaussian: ``phi = beta``) and counts once ``alpha > alpha_* = -s_rand(phi*)``; then
+   ``f_sg(alpha) = 1 - phi* - (alpha - alpha_*) / beta``, linear in alpha, and
+   ``alpha_c = alpha_* + beta (1 - phi* - f_ret)``. At ``beta = 1``, T = 0: 0.5
+   (Gaussian: both branches meet there) and 0.623 (exact; the nearest branch alone has
+   no finite capacity). LSR: every pattern inside the support ``phi > phi_s`` weighs
+   ``O(1)``, so above ``alpha_th`` the ``e^{N(alpha - alpha_th)}`` patterns just inside
+   the target's support outweigh the target (``f_sg = -(alpha - alpha_th) / b < 0 <=
+   f_ret``): the summed floor puts the LSR boundary at ``alpha_th`` at every T,
+   including T = 0, where the nearest-pattern floor gives 0.5 (Gaussian).
+
+Which density and which floor the finite-N Monte Carlo follows is measured by the
+``hopfield`` experiment and ``scripts/hopfield_capacity.py`` (``docs/hopfield.md``).
 
 API
 ---
@@ -105,6 +123,7 @@ __all__ = [
     "LSE",
     "LSR",
     "Density",
+    "Floor",
     "MetropolisConfig",
     "MetropolisState",
     "MetropolisInfo",
@@ -126,6 +145,7 @@ __all__ = [
     "alpha_from_overlap",
     "alpha_th",
     "alpha_c",
+    "spin_glass_free_energy",
     "retrieval_boundary",
     "overlap_tail",
     "expected_tail_count",
@@ -133,6 +153,10 @@ __all__ = [
 
 Density = Literal["gaussian", "exact"]
 DENSITIES = ("gaussian", "exact")
+# The spin-glass noise floor: the nearest spurious pattern (the paper's) or the sum over
+# all patterns (the minimum over both branches; module docstring, item 6).
+Floor = Literal["nearest", "sum"]
+FLOORS = ("nearest", "sum")
 
 # Default LSR sharpness b = 2 + sqrt(2) (the value the paper and Hoover et al. use).
 B_DEFAULT = 2.0 + math.sqrt(2.0)
@@ -241,6 +265,16 @@ class AbstractKernel(eqx.Module):
     def checked(self) -> AbstractKernel:
         """The same kernel with its parameters range-checked inside jit (``error_if``)."""
 
+    def summed_floor(self, alpha, density: Density = "gaussian"):
+        """``f_sg(alpha)`` of the summed noise floor (``floor="sum"``); optional."""
+        raise NotImplementedError(f"{type(self).__name__} has no summed noise floor; use "
+                                  f"floor='nearest'")
+
+    def summed_load(self, free_energy, density: Density = "gaussian"):
+        """The load where :meth:`summed_floor` equals ``free_energy``; optional."""
+        raise NotImplementedError(f"{type(self).__name__} has no summed noise floor; use "
+                                  f"floor='nearest'")
+
 
 class LSE(AbstractKernel):
     """Log-sum-exp (Gaussian) kernel with inverse width ``beta > 0``.
@@ -269,6 +303,29 @@ class LSE(AbstractKernel):
     def threshold_load(self, density="gaussian"):
         check_choice("density", density, DENSITIES)
         return jnp.zeros(())
+
+    def _interior(self, density):
+        """``(phi*, alpha_*)``: the maximiser of ``s_rand(phi) + beta phi`` and its load."""
+        beta = jnp.asarray(self.beta)
+        if density == "gaussian":
+            return beta, 0.5 * beta * beta
+        phi = (jnp.sqrt(1.0 + 4.0 * beta * beta) - 1.0) / (2.0 * beta)
+        return phi, -0.5 * jnp.log1p(-phi * phi)
+
+    def summed_floor(self, alpha, density="gaussian"):
+        check_choice("density", density, DENSITIES)
+        a = jnp.asarray(alpha)
+        phi, a_star = self._interior(density)
+        pmax = max_spurious_overlap(a, density)
+        # the interior maximum counts once its patterns exist (alpha > alpha_*)
+        return jnp.where(a > a_star, 1.0 - phi - (a - a_star) / self.beta, 1.0 - pmax)
+
+    def summed_load(self, free_energy, density="gaussian"):
+        check_choice("density", density, DENSITIES)
+        f = jnp.asarray(free_energy)
+        phi, a_star = self._interior(density)
+        nearest = alpha_from_overlap(jnp.clip(1.0 - f, 0.0, 1.0), density)
+        return jnp.where(f >= 1.0 - phi, nearest, a_star + self.beta * (1.0 - phi - f))
 
     def checked(self):
         if _is_tracer(self.beta):
@@ -302,6 +359,18 @@ class LSR(AbstractKernel):
 
     def threshold_load(self, density="gaussian"):
         return alpha_th(self.b, density)
+
+    def summed_floor(self, alpha, density="gaussian"):
+        # above alpha_th, e^{N (alpha - alpha_th)} patterns inside the support, each O(1);
+        # below it a typical point is outside every support (E = +inf)
+        a = jnp.asarray(alpha)
+        ath = alpha_th(self.b, density)
+        return jnp.where(a > ath, -(a - ath) / self.b, jnp.inf)
+
+    def summed_load(self, free_energy, density="gaussian"):
+        f = jnp.asarray(free_energy)
+        ath = alpha_th(self.b, density)
+        return jnp.where(f >= 0.0, ath, ath - self.b * f)
 
     def checked(self):
         if _is_tracer(self.b):
@@ -723,31 +792,58 @@ def alpha_th(b: Float[Array, ""] | float = B_DEFAULT, density: Density = "gaussi
     return alpha_from_overlap(1.0 - 1.0 / b, density)
 
 
-def alpha_c(temperature, kernel: AbstractKernel = DEFAULT_KERNEL, density: Density = "gaussian"):
-    """Critical line ``alpha_c(T) = phi_max^{-1}(1 - f_ret(T))`` (0 where ``f_ret >= 1``).
+def alpha_c(temperature, kernel: AbstractKernel = DEFAULT_KERNEL, density: Density = "gaussian",
+            floor: Floor = "nearest"):
+    """Critical line: the load where ``f_sg(alpha) = f_ret(T)``.
 
-    For LSR this is the curved part only; the retrieval region also includes
-    ``alpha < alpha_th`` (see :func:`retrieval_boundary`). With the exact density the
-    value diverges as ``T -> 0`` (``inf`` at ``T = 0``). Traced and differentiable in
-    ``temperature`` (for ``T > 0``) and the kernel's parameter.
+    ``floor="nearest"`` (the paper's): ``alpha_c(T) = phi_max^{-1}(1 - f_ret(T))`` (0 where
+    ``f_ret >= 1``); for LSR this is the curved part only, the retrieval region also
+    includes ``alpha < alpha_th`` (see :func:`retrieval_boundary`); with the exact density
+    it diverges as ``T -> 0`` (``inf`` at ``T = 0``). ``floor="sum"``: the summed noise
+    floor (module docstring, item 6; LSE: finite at T = 0 in both densities; LSR:
+    ``alpha_th``). Traced and differentiable in ``temperature`` (for ``T > 0``) and the
+    kernel's parameter.
     """
     check_choice("density", density, DENSITIES)
+    check_choice("floor", floor, FLOORS)
     _check_temperature(temperature)
     f = retrieval_free_energy(temperature, kernel)
+    if floor == "sum":
+        return _check_kernel(kernel).summed_load(f, density)
     p = jnp.clip(1.0 - f, 0.0, 1.0)
     return alpha_from_overlap(p, density)
 
 
+def spin_glass_free_energy(alpha, kernel: AbstractKernel = DEFAULT_KERNEL,
+                           density: Density = "gaussian", floor: Floor = "nearest"):
+    """The noise floor ``f_sg(alpha)`` (per neuron) that retrieval competes with.
+
+    ``floor="nearest"`` (the paper's, either kernel): ``1 - phi_max(alpha)``. ``floor="sum"``:
+    the random-energy-model estimate of the whole kernel sum (module docstring, item 6):
+    LSE ``-(1/beta) max_{phi <= phi_max} [alpha + s_rand(phi) - beta (1 - phi)]``, LSR
+    ``-(alpha - alpha_th)/b`` above ``alpha_th`` and ``+inf`` below. Traced and
+    differentiable in ``alpha`` (almost everywhere) and the kernel's parameter.
+    """
+    check_choice("density", density, DENSITIES)
+    check_choice("floor", floor, FLOORS)
+    _check_values("alpha", alpha, ge=0.0)
+    if floor == "sum":
+        return _check_kernel(kernel).summed_floor(alpha, density)
+    _check_kernel(kernel)
+    return 1.0 - max_spurious_overlap(alpha, density)
+
+
 def retrieval_boundary(temperature, kernel: AbstractKernel = DEFAULT_KERNEL,
-                       density: Density = "gaussian"):
+                       density: Density = "gaussian", floor: Floor = "nearest"):
     """Load below which the target is retrieved at temperature T.
 
     LSE: ``alpha_c(T)``. LSR: ``max(alpha_th, alpha_c(T))`` (the kernel's
-    :meth:`~AbstractKernel.threshold_load`). Traced and differentiable in ``temperature``
-    and the kernel's parameter (almost everywhere: the max has a kink).
+    :meth:`~AbstractKernel.threshold_load`), which is ``alpha_th`` at every T with
+    ``floor="sum"``. Traced and differentiable in ``temperature`` and the kernel's
+    parameter (almost everywhere: the max has a kink).
     """
     kernel = _check_kernel(kernel)
-    ac = alpha_c(temperature, kernel, density)
+    ac = alpha_c(temperature, kernel, density, floor)
     return jnp.maximum(kernel.threshold_load(density), ac)
 
 

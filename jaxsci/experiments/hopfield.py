@@ -207,7 +207,8 @@ def run(config: HopfieldConfig, ctx: Context) -> dict:
         "phase_diagrams.png",
         "Mean alignment with the target over (alpha, T); lines: analytic retrieval "
         "boundaries (solid: Gaussian overlap density as in the paper, dashed: exact "
-        "sphere density; dotted verticals: LSR alpha_th).",
+        "sphere density, dash-dot: exact density with the summed noise floor; dotted "
+        "verticals: LSR alpha_th).",
     )
     ctx.report.add_text(summary_markdown(config, metrics))
     return metrics
@@ -224,6 +225,8 @@ def analyse(config, alphas, temps, grids) -> dict:
         "alpha_c_T0_lse_gaussian": float(hf.alpha_c(0.0, lse, "gaussian")),
         "alpha_c_T0_lse_exact": float(hf.alpha_c(0.0, lse, "exact")),
         "alpha_c_T0_lsr_gaussian": float(hf.alpha_c(0.0, lsr, "gaussian")),
+        "alpha_c_T0_lse_gaussian_sum": float(hf.alpha_c(0.0, lse, "gaussian", "sum")),
+        "alpha_c_T0_lse_exact_sum": float(hf.alpha_c(0.0, lse, "exact", "sum")),
         "threshold": thr,
         "n": config.n,
         "alphas": alphas,
@@ -244,6 +247,11 @@ def analyse(config, alphas, temps, grids) -> dict:
             theory = alphas[:, None] < bound[None, :]
             m[f"boundary_agreement_{kernel}_{density}"] = float(np.mean(theory == retrieved))
             m[f"boundary_{kernel}_{density}"] = bound
+            # the summed noise floor (hf.spin_glass_free_energy(floor="sum"))
+            bound = np.asarray(hf.retrieval_boundary(temps, KERNELS[kernel](config), density,
+                                                     "sum"))
+            theory = alphas[:, None] < bound[None, :]
+            m[f"boundary_agreement_{kernel}_{density}_sum"] = float(np.mean(theory == retrieved))
         ga, ex = (m[f"boundary_agreement_{kernel}_{d}"] for d in ("gaussian", "exact"))
         m[f"boundary_agreement_{kernel}_best"] = max(ga, ex)
         m[f"retrieved_cells_{kernel}"] = int(retrieved.sum())
@@ -269,10 +277,13 @@ def plot_phase_diagrams(config, alphas, temps, grids):
             _edges(alphas), _edges(temps), grids[kernel]["mean"].T,
             cmap="RdBu", vmin=-0.1, vmax=1.0, shading="flat",
         )
-        for density, style in (("gaussian", "-"), ("exact", "--")):
-            bound = np.asarray(hf.retrieval_boundary(t_fine, KERNELS[kernel](config), density))
-            ax.plot(np.minimum(bound, alphas.max() * 1.1), t_fine, "k" + style, lw=2,
-                    label=f"boundary ({density} density)")
+        for density, floor, style in (("gaussian", "nearest", "-"), ("exact", "nearest", "--"),
+                                      ("exact", "sum", "-.")):
+            bound = np.asarray(hf.retrieval_boundary(t_fine, KERNELS[kernel](config), density,
+                                                     floor))
+            ax.plot(np.minimum(bound, alphas.max() * 1.1), t_fine, "k" + style,
+                    lw=2 if floor == "nearest" else 1.2,
+                    label=f"boundary ({density} density{', summed floor' * (floor == 'sum')})")
             if kernel == "lsr":
                 ax.axvline(float(hf.alpha_th(config.b, density)), color="k", ls=":", lw=1)
         ax.contour(alphas, temps, grids[kernel]["mean"].T, levels=[config.threshold],
@@ -311,6 +322,14 @@ def summary_markdown(config, m) -> str:
          f"{m['boundary_agreement_lse_gaussian']:.3f} / {m['boundary_agreement_lse_exact']:.3f}"),
         ("boundary agreement LSR (Gaussian / exact)",
          f"{m['boundary_agreement_lsr_gaussian']:.3f} / {m['boundary_agreement_lsr_exact']:.3f}"),
+        ("alpha_c(T=0) LSE, summed noise floor (Gaussian / exact)",
+         f"{m['alpha_c_T0_lse_gaussian_sum']:.3f} / {m['alpha_c_T0_lse_exact_sum']:.3f}"),
+        ("boundary agreement, summed floor, LSE (Gaussian / exact)",
+         f"{m['boundary_agreement_lse_gaussian_sum']:.3f} / "
+         f"{m['boundary_agreement_lse_exact_sum']:.3f}"),
+        ("boundary agreement, summed floor, LSR (Gaussian / exact)",
+         f"{m['boundary_agreement_lsr_gaussian_sum']:.3f} / "
+         f"{m['boundary_agreement_lsr_exact_sum']:.3f}"),
         ("LSR min alignment below alpha_th (all T)", f"{m['lsr_min_alignment_below_th']:.3f}"),
     ]
     table = "| quantity | value |\n|---|---|\n" + "\n".join(f"| {a} | {b} |" for a, b in rows)
@@ -338,6 +357,16 @@ METRICS = (
     Metric("boundary_agreement_lse_exact", "same, exact density (LSE)", better="higher"),
     Metric("boundary_agreement_lsr_gaussian", "same, Gaussian density (LSR)", better="higher"),
     Metric("boundary_agreement_lsr_exact", "same, exact density (LSR)", better="higher"),
+    Metric("alpha_c_T0_lse_gaussian_sum", "LSE capacity at T = 0 with the summed noise "
+           "floor, Gaussian density"),
+    Metric("alpha_c_T0_lse_exact_sum", "LSE capacity at T = 0 with the summed noise floor, "
+           "exact density"),
+    Metric("boundary_agreement_lse_gaussian_sum", "agreement with the summed-floor boundary, "
+           "Gaussian density (LSE)", better="higher"),
+    Metric("boundary_agreement_lse_exact_sum", "same, exact density (LSE)", better="higher"),
+    Metric("boundary_agreement_lsr_gaussian_sum", "same, Gaussian density (LSR)",
+           better="higher"),
+    Metric("boundary_agreement_lsr_exact_sum", "same, exact density (LSR)", better="higher"),
     Metric("boundary_agreement_lse_best", "the better of the two densities (LSE)",
            better="higher"),
     Metric("boundary_agreement_lsr_best", "the better of the two densities (LSR)",

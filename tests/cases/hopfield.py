@@ -154,4 +154,26 @@ ALPHA_TH = Case(
     bad=(Bad({"b": jnp.asarray(1.0)}, ValueError, "b must be > 1"),),
 )
 
-CASES = [METROPOLIS, STEP, INIT, ENERGY, ENERGY_LSR, BOUNDARY, ALPHA_C, ALPHA_TH]
+SPIN_GLASS = Case(
+    "hopfield.spin_glass_free_energy",
+    lambda alpha, kernel: hf.spin_glass_free_energy(alpha, kernel, "exact", "sum"),
+    # loads on the interior (summed) branch of LSE(1): alpha > 0.2406
+    lambda: {"alpha": jnp.asarray([0.5, 0.7, 0.9], float), "kernel": _lse()},
+    vmap=("alpha", "kernel"),
+    batch={"kernel": _kernels3},
+    grad=("alpha", "kernel"),
+    bad=(Bad({"alpha": jnp.asarray([-0.1])}, ValueError, "alpha must be >= 0"),),
+)
+
+ALPHA_C_SUM = Case(
+    "hopfield.alpha_c[sum]",
+    lambda temperature, kernel: hf.alpha_c(temperature, kernel, "exact", "sum"),
+    lambda: {"temperature": jnp.asarray([0.05, 0.2], float), "kernel": _lse()},
+    vmap=("temperature", "kernel"),
+    batch={"kernel": _kernels3},
+    grad=("temperature", "kernel"),
+    bad=(Bad({"temperature": jnp.asarray([-1.0])}, ValueError, "temperature must be >= 0"),),
+)
+
+CASES = [METROPOLIS, STEP, INIT, ENERGY, ENERGY_LSR, BOUNDARY, ALPHA_C, ALPHA_TH, SPIN_GLASS,
+         ALPHA_C_SUM]

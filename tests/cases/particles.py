@@ -45,9 +45,10 @@ CASES = [
          lambda: {"flow": _flow(), "x0": _x0(), "t1": jnp.asarray(50.0),
                   "ts": jnp.asarray([0.5, 5.0, 50.0]), "vtol": jnp.asarray(1e-4),
                   "max_steps": 400},
-         out=lambda r: (r.final, r.t_stop, r.xs), vmap=("flow", "x0", "vtol"),
+         # the traced arguments the docstring names
+         out=lambda r: (r.final, r.t_stop, r.xs), vmap=("flow", "t1", "vtol"),
          batch={"flow": lambda f: jax.vmap(_flow)(jnp.array([0.5, 1.0, 2.0])),
-                "x0": lambda x: jnp.stack([x, x[::-1], -x]),
+                "t1": lambda t: jnp.asarray([50.0, 60.0, 80.0]),
                 "vtol": lambda v: jnp.asarray([1e-4, 1e-3, 1e-2])},
          bad=(Bad({"ts": jnp.asarray([5.0, 0.5, 50.0])}, Exception,
                   "ts must increase within", jit=True),

@@ -141,6 +141,54 @@ def test_alpha_c_zero_temperature_is_one_half_gaussian():
     assert math.isinf(float(hf.alpha_c(0.0, hf.LSE(), "exact")))
 
 
+def test_summed_floor_is_the_maximum_of_the_kernel_sum_over_overlaps():
+    # f_sg = -(1/beta) max_{0 <= phi <= phi_max} [alpha + s_rand(phi) - beta (1 - phi)],
+    # evaluated on a grid, against the closed form (both densities, several beta)
+    for density in ("gaussian", "exact"):
+        for beta in (0.5, 1.0, 2.0):
+            for alpha in (0.1, 0.3, 0.6, 0.9):
+                pmax = float(hf.max_spurious_overlap(alpha, density))
+                phi = np.linspace(0.0, pmax, 200001)
+                s = -phi**2 / 2 if density == "gaussian" else 0.5 * np.log1p(-phi**2)
+                brute = -(alpha + s - beta * (1 - phi)).max() / beta
+                kern = hf.LSE(beta)
+                got = float(hf.spin_glass_free_energy(alpha, kern, density, "sum"))
+                assert got == pytest.approx(brute, abs=1e-6)
+                # the sum's floor never lies above the nearest pattern's
+                assert got <= float(hf.spin_glass_free_energy(alpha, kern, density)) + 1e-7
+
+
+def test_summed_floor_capacities():
+    # LSE, beta = 1, T = 0: Gaussian 0.5 (the branches meet); exact
+    # alpha_* + 1 - phi* with phi* = (sqrt 5 - 1)/2 the root of phi^2 + phi - 1
+    phi = (math.sqrt(5) - 1) / 2
+    exact = -0.5 * math.log(1 - phi * phi) + 1 - phi
+    assert exact == pytest.approx(0.6226, abs=1e-4)
+    assert float(hf.alpha_c(0.0, hf.LSE(), "exact", "sum")) == pytest.approx(exact, rel=1e-6)
+    assert float(hf.alpha_c(0.0, hf.LSE(), "gaussian", "sum")) == pytest.approx(0.5, rel=1e-6)
+    # alpha_c is where the floor meets f_ret(T), on either branch
+    for density in ("gaussian", "exact"):
+        for t in (0.0, 0.05, 0.2, 0.6, 1.2):
+            for beta in (0.5, 1.0, 3.0):
+                kern = hf.LSE(beta)
+                a = float(hf.alpha_c(t, kern, density, "sum"))
+                f = float(hf.retrieval_free_energy(t, kern))
+                assert float(hf.spin_glass_free_energy(a, kern, density, "sum")) == \
+                    pytest.approx(f, abs=1e-5)
+    # LSR: the patterns inside the support outweigh the target above alpha_th, at any T
+    temps = jnp.asarray([0.0, 0.05, 0.3, 1.6])
+    for density in ("gaussian", "exact"):
+        bound = np.asarray(hf.retrieval_boundary(temps, hf.LSR(), density, "sum"))
+        np.testing.assert_allclose(bound, float(hf.alpha_th(hf.B_DEFAULT, density)),
+                                   rtol=1e-6)
+        ath = float(hf.alpha_th(hf.B_DEFAULT, density))
+        assert float(hf.spin_glass_free_energy(ath + 0.1, hf.LSR(), density, "sum")) < 0
+        assert math.isinf(float(hf.spin_glass_free_energy(ath - 0.1, hf.LSR(), density,
+                                                          "sum")))
+    with pytest.raises(ValueError, match="floor"):
+        hf.alpha_c(0.1, hf.LSE(), "exact", "crowd")
+
+
 def test_alpha_th_values_and_reference_discrepancy():
     b = hf.B_DEFAULT
     assert float(hf.alpha_th(b, "gaussian")) == pytest.approx((1 - 1 / b) ** 2 / 2, rel=1e-6)

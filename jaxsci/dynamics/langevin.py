@@ -43,9 +43,11 @@ observed only every ``tau`` time units. Three drift estimators are implemented.
      (the Girsanov log-likelihood ``sum f . dx / 2D - |f|^2 dt / 4D``), each
      increment weighted by its bridge's importance weight.
 
-The drift model for all three is non-parametric: Bayesian kernel ridge regression
-(a Gaussian-process posterior mean) with ``m`` random Fourier features of an RBF
-kernel (Rahimi & Recht 2007), ``f(x) = C^T phi(x)``, ``C ~ N(0, prior_var I)``.
+The drift model for all three is Bayesian linear regression on a basis,
+``f(x) = C^T phi(x)``, ``C ~ N(0, prior_var I)``: by default non-parametric (kernel ridge
+regression, a Gaussian-process posterior mean, with ``m`` random Fourier features of an
+RBF kernel, Rahimi & Recht 2007, :func:`random_features`), or parametric on the monomials
+of degree ``<= p`` (:func:`polynomial_features`, StochasticForceInference's basis).
 With the likelihood above, the posterior mean solves
 ``(Phi^T W Phi dt / 2D + I / prior_var) C = Phi^T W dX / 2D`` (:func:`solve_drift`):
 the noise level is the *known* increment variance ``2 D dt``, so the ridge is not a
@@ -88,6 +90,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import functools
+import itertools
 import math
 from collections.abc import Callable
 from typing import ClassVar, NamedTuple
@@ -117,9 +120,12 @@ __all__ = [
     "Duffing",
     "simulate",
     "check_observations",
+    "AbstractFeatures",
     "Features",
+    "PolynomialFeatures",
     "DriftModel",
     "random_features",
+    "polynomial_features",
     "feature_map",
     "predict",
     "DriftStats",
@@ -398,22 +404,76 @@ def _intervals(obs, tau, times):
 # --------------------------------------------------------------------------- regression
 
 
-class Features(NamedTuple):
+class AbstractFeatures(eqx.Module):
+    """A drift model's basis ``phi: R^d -> R^m`` (``f(x) = C^T phi(x)``).
+
+    Bases are values: :class:`Features` (random Fourier features, the non-parametric
+    default) and :class:`PolynomialFeatures` (monomials, the parametric basis of
+    StochasticForceInference). A new basis subclasses this with :meth:`__call__` and
+    :attr:`size`.
+    """
+
+    @abc.abstractmethod
+    def __call__(self, x: Float[Array, "n d"]) -> Float[Array, "n m"]:
+        """The basis at a batch of states."""
+
+    @property
+    @abc.abstractmethod
+    def size(self) -> int:
+        """The number of basis functions ``m`` (static)."""
+
+
+class Features(AbstractFeatures):
     """Random Fourier features ``phi(x) = sqrt(2/m) cos(W x / ell + b)`` of an RBF kernel."""
 
     w: Float[Array, "m d"]
     b: Float[Array, " m"]
     lengthscale: Float[Array, ""]
 
+    def __call__(self, x):
+        m = self.b.shape[0]
+        return math.sqrt(2.0 / m) * jnp.cos(x @ self.w.T / self.lengthscale + self.b)
+
+    @property
+    def size(self):
+        return self.b.shape[0]
+
+
+class PolynomialFeatures(AbstractFeatures):
+    """Monomials ``prod_j (x_j / scale)^{a_j}`` with ``sum_j a_j <= degree``.
+
+    The parametric basis of StochasticForceInference (``monomials_up_to``): with
+    degree 3 it contains the polynomial drifts of every system here, so an estimator
+    on it compares with SFI on equal footing. ``scale`` (traced) keeps the monomials of
+    order one on the data (e.g. the observations' standard deviation); the coefficient
+    prior ``N(0, prior_var I)`` acts on the scaled monomials. Build with
+    :func:`polynomial_features`.
+    """
+
+    exponents: tuple[tuple[int, ...], ...] = eqx.field(static=True)
+    scale: Float[Array, ""]
+
+    def __call__(self, x):
+        z = x / self.scale
+        one = jnp.ones(x.shape[:-1], x.dtype)
+        # static integer powers (exact for negative states, finite gradients at 0)
+        cols = [functools.reduce(jnp.multiply, [z[..., j] ** a for j, a in enumerate(e) if a],
+                                 one) for e in self.exponents]
+        return jnp.stack(cols, axis=-1)
+
+    @property
+    def size(self):
+        return len(self.exponents)
+
 
 class DriftModel(AbstractDrift):
-    """A drift ``f(x) = C^T phi(x)`` on random Fourier features (final).
+    """A drift ``f(x) = C^T phi(x)`` on a basis (random Fourier features or monomials; final).
 
     Calling it on one state gives the drift there, so a fitted model can be passed to
     :func:`simulate`; :func:`predict` evaluates a batch.
     """
 
-    features: Features
+    features: AbstractFeatures
     coef: Float[Array, "m d"]
 
     def __call__(self, x):
@@ -432,9 +492,25 @@ def random_features(key: jax.Array, dim: int, n_features: int, lengthscale: floa
     return Features(w, b, jnp.asarray(lengthscale, w.dtype))
 
 
-def feature_map(feats: Features, x: Float[Array, "n d"]) -> Float[Array, "n m"]:
-    m = feats.b.shape[0]
-    return math.sqrt(2.0 / m) * jnp.cos(x @ feats.w.T / feats.lengthscale + feats.b)
+def polynomial_features(dim: int, degree: int = 3,
+                        scale: float | Float[Array, ""] = 1.0) -> PolynomialFeatures:
+    """All ``comb(dim + degree, degree)`` monomials of total degree ``<= degree``
+    (constant included), graded by degree; ``scale`` divides the states first."""
+    dim = check_int("dim", dim, min=1)
+    degree = check_int("degree", degree, min=1)
+    if not isinstance(scale, jax.core.Tracer):
+        check_scalar("scale", scale, gt=0.0)
+    exps = sorted((e for e in itertools.product(range(degree + 1), repeat=dim)
+                   if sum(e) <= degree), key=lambda e: (sum(e), tuple(-a for a in e)))
+    return PolynomialFeatures(tuple(exps), jnp.asarray(scale, jnp.result_type(float)))
+
+
+def feature_map(feats: AbstractFeatures, x: Float[Array, "n d"]) -> Float[Array, "n m"]:
+    """The basis at a batch of states, ``(n, m)``."""
+    if not isinstance(feats, AbstractFeatures):
+        raise TypeError(f"feats must be a langevin basis (lg.random_features(...) or "
+                        f"lg.polynomial_features(...)), got {type(feats).__name__}")
+    return feats(x)
 
 
 def predict(model: DriftModel, x: Float[Array, "n d"]) -> Float[Array, "n d"]:
@@ -450,7 +526,7 @@ class DriftStats(NamedTuple):
 
 
 def drift_stats(
-    feats: Features,
+    feats: AbstractFeatures,
     x: Float[Array, "n d"],
     dx: Float[Array, "n d"],
     dt: float | Float[Array, ""] | Float[Array, " n"],
@@ -464,7 +540,8 @@ def drift_stats(
 
 
 def solve_drift(
-    feats: Features, stats: DriftStats, diffusion: float | Float[Array, ""], prior_var: float
+    feats: AbstractFeatures, stats: DriftStats, diffusion: float | Float[Array, ""],
+    prior_var: float,
 ) -> DriftModel:
     """Posterior mean ``(G / 2D + I / prior_var) C = R / 2D`` (Cholesky, one refinement).
 
@@ -482,7 +559,7 @@ def solve_drift(
 
 
 def fit_drift(
-    feats: Features,
+    feats: AbstractFeatures,
     x: Float[Array, "n d"],
     dx: Float[Array, "n d"],
     dt: float | Float[Array, " n"],
@@ -526,7 +603,7 @@ def fit_drift(
 
 
 def direct_estimator(
-    feats: Features,
+    feats: AbstractFeatures,
     obs: Float[Array, "n k d"],
     tau: float | Float[Array, ""],
     diffusion: float | Float[Array, ""],
@@ -602,7 +679,7 @@ def geometric_drift(
 
 
 def fit_function(
-    feats: Features, x: Float[Array, "n d"], y: Float[Array, "n d"], ridge: float = 1e-3
+    feats: AbstractFeatures, x: Float[Array, "n d"], y: Float[Array, "n d"], ridge: float = 1e-3
 ) -> DriftModel:
     """Plain ridge regression of values ``y`` at ``x`` (``ridge`` relative to ``n``)."""
     phi = feature_map(feats, x)
@@ -732,7 +809,13 @@ def _bridges(key, drift, x_start, x_end, tau, diffusion, n_steps, n_bridges,
     logw = logw + log_density_term(y_last)
     paths = jnp.concatenate([y0[None], ys, jnp.broadcast_to(end, y0.shape)[None]], axis=0)
     paths = jnp.moveaxis(paths, 0, 2)  # (p, b, n_steps + 1, d)
-    weights = jax.nn.softmax(logw, axis=1)
+    # A bridge whose Euler steps overflowed (an unbounded model drift, e.g. a cubic) has
+    # zero weight, and a finite placeholder path so that zero times it stays zero.
+    ok = jnp.isfinite(logw) & jnp.all(jnp.isfinite(paths), axis=(2, 3))
+    logw = jnp.where(ok, logw, -jnp.inf)
+    paths = jnp.where(ok[..., None, None], paths, y0[:, :, None, :])
+    # a pair whose bridges all overflowed: weights 0 (no M-step term), transition -inf
+    weights = jnp.where(jnp.any(ok, axis=1, keepdims=True), jax.nn.softmax(logw, axis=1), 0.0)
     log_transition = jax.nn.logsumexp(logw, axis=1) - math.log(n_bridges)
     return Bridges(paths, logw, weights, log_transition)
 
@@ -749,7 +832,10 @@ class EMConfig:
       prior_var: GP prior variance of each drift coefficient (traced: ``vmap`` over it).
       guidance: weight of the invariant-density tilt of the bridges (traced; 0 = off).
       select: ``"max_posterior"`` (the iterate with the highest estimated observed-data
-        log posterior) or ``"last"``.
+        log posterior), ``"holdout"`` (EM on the other pairs; the iterate with the highest
+        estimated log-likelihood of the held-out pairs) or ``"last"``.
+      holdout_every: with ``select="holdout"``, every ``holdout_every``-th pair is held
+        out (static; 5: a fifth of the pairs).
     """
 
     n_iter: int = 10
@@ -759,6 +845,7 @@ class EMConfig:
     prior_var: float = PRIOR_VAR
     guidance: float = 0.0
     select: str = "max_posterior"
+    holdout_every: int = 5
 
     def __post_init__(self):
         check_int("n_iter", self.n_iter, min=1)
@@ -768,7 +855,8 @@ class EMConfig:
             check_int("n_score_bridges", self.n_score_bridges, min=1)
         check_scalar("prior_var", self.prior_var, gt=0.0)
         check_scalar("guidance", self.guidance, ge=0.0)
-        check_choice("select", self.select, ("max_posterior", "last"))
+        check_choice("select", self.select, ("max_posterior", "holdout", "last"))
+        check_int("holdout_every", self.holdout_every, min=2)
 
     @property
     def score_bridges(self) -> int:
@@ -845,19 +933,24 @@ def _objective(br, model, prior_var):
 
 @functools.partial(jax.jit, static_argnums=(6, 7, 8, 10))
 def _em_step(key, state, pairs, diffusion, prior_var, guidance, n_steps, n_bridges,
-             use_density, score_key, n_score):
+             use_density, score_key, n_score, score_pairs=None):
     model = state.model
     feats = model.features
     d = pairs.x_start.shape[-1]
     log_density = _log_density(pairs.points, use_density)
     br = _model_bridges(key, model, pairs, diffusion, n_steps, n_bridges, log_density, guidance)
-    ess = jnp.mean(1.0 / jnp.sum(jnp.square(br.weights), axis=1)) / n_bridges
+    sq = jnp.sum(jnp.square(br.weights), axis=1)
+    ess = jnp.mean(jnp.where(sq > 0, 1.0 / jnp.where(sq > 0, sq, 1.0), 0.0)) / n_bridges
     if score_key is None:
         objective = _objective(br, model, prior_var)
-    else:
+    elif score_pairs is None:
         sb = _model_bridges(score_key, model, pairs, diffusion, n_steps, n_score, log_density,
                             guidance)
         objective = _objective(sb, model, prior_var)
+    else:  # held-out pairs: their Monte-Carlo log-likelihood, no prior
+        sb = _model_bridges(score_key, model, score_pairs, diffusion, n_steps, n_score,
+                            log_density, guidance)
+        objective = jnp.sum(sb.log_transition)
     dt = jnp.broadcast_to((pairs.dt / n_steps)[:, None], br.weights.shape).reshape(-1)
     w = br.weights.reshape(-1)
     steps = jnp.moveaxis(br.paths, 2, 0)  # (s + 1, p, b, d)
@@ -869,12 +962,21 @@ def _em_step(key, state, pairs, diffusion, prior_var, guidance, n_steps, n_bridg
         st = drift_stats(feats, xs, dx, dt, w)
         return DriftStats(stats.gram + st.gram, stats.rhs + st.rhs), None
 
-    m = feats.b.shape[0]
+    m = feats.size
     dtype = pairs.x_start.dtype
     zero = DriftStats(jnp.zeros((m, m), dtype), jnp.zeros((m, d), dtype))
     stats, _ = jax.lax.scan(acc, zero, jnp.arange(n_steps))
     new = solve_drift(feats, stats, diffusion, prior_var)
-    return AugmentationState(new, state.iteration + 1), AugmentationInfo(ess, objective)
+    # An unbounded basis (monomials) can fit a drift whose Euler bridges overflow: the
+    # step then keeps its input model, an overflowed score counts as -inf (never
+    # selected) and an overflowed E-step has no effective samples.
+    new = DriftModel(feats, jnp.where(jnp.all(jnp.isfinite(new.coef)), new.coef, model.coef))
+    return AugmentationState(new, state.iteration + 1), AugmentationInfo(
+        jnp.where(jnp.isfinite(ess), ess, 0.0), _finite_or_minus_inf(objective))
+
+
+def _finite_or_minus_inf(x):
+    return jnp.where(jnp.isfinite(x), x, -jnp.inf)
 
 
 def augmentation_init(model: DriftModel) -> AugmentationState:
@@ -929,7 +1031,8 @@ class AugmentationResult(NamedTuple):
     history: Float[Array, "it g d"]  # drift at the probe points: init, then after each iteration
     ess: Float[Array, " it"]  # mean effective sample size fraction of each E-step's bridges
     # Monte-Carlo estimate of the observed-data log posterior of each iterate in ``history``:
-    # sum over pairs of log mean importance weight (log p(x_{k+1} | x_k)) + log prior.
+    # sum over pairs of log mean importance weight (log p(x_{k+1} | x_k)) + log prior
+    # (select="holdout": the held-out pairs' log-likelihood, no prior; -inf: overflowed).
     log_posterior: Float[Array, " it"]
     selected: Array  # index into ``history`` of the returned model
 
@@ -961,7 +1064,11 @@ def path_augmentation(
     observed-data objective that EM ascends, ``sum_k log p(x_{k+1} | x_k) - |C|^2 / 2
     prior_var``, where each transition density is the mean importance weight of the
     iterate's own bridges (:attr:`Bridges.log_transition`); it uses the observations
-    only. ``"last"`` returns the last iterate. ``n_iter`` is then a budget.
+    only. ``"holdout"`` fits on all pairs but every ``config.holdout_every``-th and returns
+    the iterate whose bridges give the held-out pairs the highest estimated
+    log-likelihood (a selection validated out of sample; ``log_posterior`` then holds
+    those held-out scores). ``"last"`` returns the last iterate. ``n_iter`` is then a
+    budget.
     Every iterate (init, ..., last) is scored with ``config.score_bridges`` bridges
     drawn with one shared key (common random numbers, so the comparison between
     iterates is not dominated by Monte-Carlo noise); scoring needs no normal equations,
@@ -988,30 +1095,46 @@ def path_augmentation(
     prior_var = _positive("config.prior_var", config.prior_var, dtype)
     use_density = not _is_zero(config.guidance)
     guidance = _nonnegative("config.guidance", config.guidance, dtype)
+    score_pairs = None
+    if config.select == "holdout":
+        pairs, score_pairs = _split_pairs(pairs, config.holdout_every)
     return _augment(key, init, pairs, diffusion, prior_var, guidance, probe, config.n_iter,
                     config.n_steps, config.n_bridges, config.score_bridges, use_density,
-                    config.select)
+                    config.select, score_pairs)
+
+
+def _split_pairs(pairs: Pairs, every: int) -> tuple[Pairs, Pairs]:
+    """(fit, held-out): every ``every``-th pair held out (a static split: shapes fixed)."""
+    p = pairs.x_start.shape[0]
+    if p < every:
+        raise ValueError(f"select='holdout' needs at least holdout_every = {every} "
+                         f"observation pairs, got {p}")
+    held = np.arange(p) % every == every - 1
+    fit, val = np.flatnonzero(~held), np.flatnonzero(held)
+    return (Pairs(pairs.x_start[fit], pairs.x_end[fit], pairs.dt[fit], pairs.points),
+            Pairs(pairs.x_start[val], pairs.x_end[val], pairs.dt[val], pairs.points))
 
 
 @functools.partial(jax.jit, static_argnums=(7, 8, 9, 10, 11, 12))
 def _augment(key, init, pairs, diffusion, prior_var, guidance, probe, n_iter, n_steps,
-             n_bridges, n_score, use_density, select):
+             n_bridges, n_score, use_density, select, score_pairs=None):
     k_em, k_score = jax.random.split(key)
 
     def step(state, k):
         new, info = _em_step(k, state, pairs, diffusion, prior_var, guidance, n_steps,
-                             n_bridges, use_density, k_score, n_score)
+                             n_bridges, use_density, k_score, n_score, score_pairs)
         return new, (predict(new.model, probe), new.model.coef, info)
 
     state, (hist, coefs, info) = jax.lax.scan(
         step, augmentation_init(init), jax.random.split(k_em, n_iter))
     log_density = _log_density(pairs.points, use_density)
-    last = _model_bridges(k_score, state.model, pairs, diffusion, n_steps, n_score,
-                          log_density, guidance)
+    last = _model_bridges(k_score, state.model, pairs if score_pairs is None else score_pairs,
+                          diffusion, n_steps, n_score, log_density, guidance)
+    last_score = (_objective(last, state.model, prior_var) if score_pairs is None
+                  else jnp.sum(last.log_transition))
     hist = jnp.concatenate([predict(init, probe)[None], hist], 0)
     coefs = jnp.concatenate([init.coef[None], coefs], 0)
-    objective = jnp.concatenate([info.log_posterior,
-                                 _objective(last, state.model, prior_var)[None]])
+    objective = jnp.concatenate([info.log_posterior, _finite_or_minus_inf(last_score)[None]])
     sel = jnp.asarray(n_iter) if select == "last" else jnp.argmax(objective)
     return AugmentationResult(DriftModel(init.features, coefs[sel]), hist, info.ess, objective,
                               sel)

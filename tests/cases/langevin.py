@@ -70,6 +70,15 @@ def _fit(x, dx, dt, diffusion, prior_var):
     return lg.fit_drift(_feats(), x, dx, dt, diffusion, prior_var=prior_var).coef
 
 
+POLY_FEATURES = Case(
+    "langevin.feature_map[polynomial]", lg.feature_map,
+    lambda: {"feats": lg.polynomial_features(2, 3, scale=_f(1.5)),
+             "x": _f(np.random.default_rng(1).standard_normal((4, 2)))},
+    vmap=("x",),
+    grad=("feats", "x"),
+    bad=(Bad({"feats": "poly3"}, TypeError, "feats must be a langevin basis"),),
+)
+
 FIT_DRIFT = Case(
     "langevin.fit_drift", _fit, _fit_args,
     vmap=("dt", "prior_var"),
@@ -155,4 +164,4 @@ PATH_AUGMENTATION = Case(
     rtol=1e-4, atol=1e-5,
 )
 
-CASES = [SIMULATE, FIT_DRIFT, DIRECT, AUGMENTATION_STEP, PATH_AUGMENTATION]
+CASES = [SIMULATE, POLY_FEATURES, FIT_DRIFT, DIRECT, AUGMENTATION_STEP, PATH_AUGMENTATION]

@@ -1,3 +1,5 @@
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -93,6 +95,36 @@ def test_drift_reestimation_from_dense_paths_recovers_linear_drift(feats, ou_inc
     half = lg.fit_drift(feats, x2, dx2, dt, D, weights=jnp.full((x2.shape[0],), 0.5))
     np.testing.assert_allclose(np.asarray(half.coef), np.asarray(full.coef), rtol=1e-2,
                                atol=1e-3)
+
+
+def test_polynomial_features_are_the_monomials_up_to_the_degree():
+    poly = lg.polynomial_features(2, 3, scale=2.0)
+    assert poly.size == 10  # comb(2 + 3, 3), constant included
+    assert set(poly.exponents) == {(a, b) for a in range(4) for b in range(4) if a + b <= 3}
+    x = jnp.array([[-1.0, 3.0], [0.0, -0.5]])
+    z = np.asarray(x) / 2.0
+    want = np.stack([z[:, 0] ** a * z[:, 1] ** b for a, b in poly.exponents], -1)
+    np.testing.assert_allclose(np.asarray(lg.feature_map(poly, x)), want, rtol=1e-6)
+    # exact integer powers: negative states and finite gradients at zero
+    g = jax.jacfwd(lambda v: lg.feature_map(poly, v[None])[0])(jnp.zeros(2))
+    assert np.all(np.isfinite(np.asarray(g)))
+    with pytest.raises(ValueError, match="degree must be >= 1"):
+        lg.polynomial_features(2, 0)
+    with pytest.raises(TypeError, match="feats must be a langevin basis"):
+        lg.feature_map((np.ones((3, 2)), np.ones(3)), x)
+
+
+def test_direct_estimator_on_monomials_recovers_a_polynomial_drift():
+    # The double well's drift (-4x^3 + 4x, -y) lies in the degree-3 span: from dense
+    # exact (noise-free) increments the fit is the drift up to the prior's shrinkage.
+    x = jax.random.normal(jax.random.key(20), (4000, 2)) * jnp.array([0.8, 0.7])
+    f = jax.vmap(lg.DoubleWell())(x)
+    dt = 0.1
+    model = lg.direct_estimator(lg.polynomial_features(2, 3), jnp.stack([x, x + f * dt], 1),
+                                dt, D)
+    probe = jnp.array([[0.9, -0.4], [-1.1, 0.3], [0.2, 0.5]])
+    np.testing.assert_allclose(np.asarray(lg.predict(model, probe)),
+                               np.asarray(jax.vmap(lg.DoubleWell())(probe)), atol=0.05)
 
 
 def test_solve_is_finite_for_long_lengthscales(ou_obs):
@@ -267,6 +299,34 @@ def test_path_augmentation_deterministic_and_improves_init(feats):
     np.testing.assert_allclose(lps, lp[:-1], rtol=1e-3, atol=1e-2)
     np.testing.assert_allclose(np.asarray(lg.predict(state.model, probe)),
                                np.asarray(a.history[-1]), rtol=1e-2, atol=1e-3)
+
+
+def test_holdout_selection_scores_the_held_out_pairs_and_fits_on_the_rest(feats):
+    x0 = jax.random.normal(jax.random.key(12), (20, 2)) * np.sqrt(D)
+    obs = lg.simulate(jax.random.key(13), lambda x: -x, x0, D, 1.0, 6, steps_per_obs=100)
+    init = lg.DriftModel(feats, jnp.zeros((feats.size, 2)))
+    probe = jnp.array([[0.5, 0.0], [0.0, -0.5], [-0.4, 0.4]])
+    cfg = lg.EMConfig(n_iter=3, n_steps=5, n_bridges=4, select="holdout", holdout_every=4)
+    a = lg.path_augmentation(jax.random.key(14), init, obs, 1.0, D, cfg, probe=probe)
+    lp = np.asarray(a.log_posterior)
+    assert lp.shape == (4,) and int(a.selected) == int(np.argmax(lp))
+    # the initial (zero) drift's score: the held-out pairs' (every fourth) Monte-Carlo
+    # transition log-likelihood under the score bridges, without the prior
+    pairs = lg.observation_pairs(obs, 1.0)
+    held = np.arange(pairs.x_start.shape[0]) % 4 == 3
+    _, k_score = jax.random.split(jax.random.key(14))
+    br = lg.sample_bridges(k_score, lambda z: lg.predict(init, z), pairs.x_start[held],
+                           pairs.x_end[held], 1.0, D, n_steps=5, n_bridges=cfg.score_bridges)
+    np.testing.assert_allclose(lp[0], float(jnp.sum(br.log_transition)), rtol=1e-4)
+    # the EM fits the other pairs only: on them alone, the same key gives the same iterates
+    fit = np.flatnonzero(~held)
+    sub = jnp.stack([pairs.x_start[fit], pairs.x_end[fit]], 1)
+    b = lg.path_augmentation(jax.random.key(14), init, sub, 1.0, D,
+                             dataclasses.replace(cfg, select="max_posterior"), probe=probe)
+    np.testing.assert_allclose(np.asarray(a.history), np.asarray(b.history), rtol=1e-4,
+                               atol=1e-5)
+    with pytest.raises(ValueError, match="needs at least holdout_every"):
+        lg.path_augmentation(jax.random.key(0), init, obs[:1, :3], 1.0, D, cfg)
 
 
 # ---------------------------------------------------------------- errors

@@ -18,6 +18,10 @@ def test_config_validation():
         E.LangevinConfig(burn_in=0.005)
     with pytest.raises(ValueError, match="n_bridges must be >= 1"):
         E.LangevinConfig(em=lg.EMConfig(n_bridges=0))
+    with pytest.raises(ValueError, match="basis"):
+        E.LangevinConfig(basis="chebyshev")
+    with pytest.raises(ValueError, match="select"):
+        E.LangevinConfig(em=lg.EMConfig(select="best"))
 
 
 def test_config_nests_the_library_em_config():

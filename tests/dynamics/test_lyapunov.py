@@ -288,6 +288,9 @@ def test_verifier_rejects_non_certificate_with_true_counterexamples(chain):
             vals = ct.condition_values(chain, d, p, jnp.asarray(r.counterexamples),
                                        eta=cert.eta, eta_reach=cert.eta_reach)
             assert bool(jnp.all(vals[:, 0] > 0)), "reported counterexample does not violate"
+            # ... at a reachable point (the falsifier's points: centre, worst vertex and
+            # their projected-gradient ascents, kept only when every guard holds).
+            assert bool(jnp.all(vals[:, 1:] <= ct.guard_limits(chain, d) + 1e-6))
             found += r.counterexamples.shape[0]
     assert found > 0
 
@@ -372,3 +375,129 @@ def test_verification_is_deterministic(chain, verified):
     cert, res = verified
     again = ly.verify.verify(chain, cert, ct.default_reach(chain), ly.VerifyConfig(batch=64))
     assert [r.boxes for r in again.subsystems] == [r.boxes for r in res.subsystems]
+
+
+# --------------------------------------------------------------------------- delay models
+
+
+def _oscillator():
+    """x(k+1) = -0.3 x(k) - 0.9 x(k - tau) + 0.1 w: poles 0.949 (complex) at tau = 1,
+    -1.2 at tau = 0. Stable under the constant delay 1, not under delays in {0, 1}."""
+    # u = [x, delta = x - x(k - tau), w]: -0.3 x - 0.9 (x - delta) + 0.1 w.
+    return ly.InterconnectedSystem(
+        params={"M": jnp.array([[[-1.2, 0.9, 0.1]]])}, neighbors=jnp.zeros((1, 0), jnp.int32),
+        state_box=jnp.ones((1, 1)), build=lambda p: bd.affine(p["M"]), w_max=0.1,
+        max_delay=1, n_w=1, own_delay=True, neighbor_delayed=False, name="oscillator")
+
+
+@pytest.fixture(scope="module")
+def oscillator_at_delay_one():
+    """The oscillator under the constant delay 1 (a delay-free system on histories) and
+    its quadratic certificate: P solves A^T P A = s^2 P - I for the companion matrix A
+    scaled by s = (1 + 2 rho) / 3, so V(Az) <= s^2 V(z); Young's inequality for w."""
+    import scipy.linalg
+
+    s = _oscillator()
+    aug = ly.constant_delay(s)
+    A = np.array([[-0.3, -0.9], [1.0, 0.0]])
+    sc = (1.0 + 2.0 * np.max(np.abs(np.linalg.eigvals(A)))) / 3.0
+    P = scipy.linalg.solve_discrete_lyapunov((A / sc).T, np.eye(2))
+    P = P / np.linalg.eigvalsh(P).min()  # P >= I = diag(1 / r^2)
+    E, young = np.array([0.1, 0.0]), 0.02
+    cert = ct.quadratic_certificate(aug, P[None], np.array([sc**2 * (1 + young)]),
+                                    np.zeros((1, 0)), np.array([(1 + 1 / young) * E @ P @ E]))
+    return s, aug, cert
+
+
+def test_constant_delay_simulates_the_original_at_that_delay():
+    s = ly.drone_formation(3, bidirectional=True)
+    aug = ly.constant_delay(s)
+    assert aug.max_delay == 0 and aug.n == (s.max_delay + 1) * s.n
+    T = 12
+    k1, k2 = jax.random.split(jax.random.key(0))
+    w = s.w_max * jax.random.uniform(k1, (T, 3, s.n_w), minval=-1.0, maxval=1.0)
+    x0 = 0.3 * jax.random.normal(k2, (3, s.n))
+    d = s.max_delay
+    ref = ly.simulate(s, x0, w, jnp.full((T, 3), d, jnp.int32),
+                      jnp.full((T, 3, s.K), d, jnp.int32))
+    got = ly.simulate(aug, jnp.tile(x0, (1, d + 1)), w, jnp.zeros((T, 3), jnp.int32),
+                      jnp.zeros((T, 3, s.K), jnp.int32))
+    np.testing.assert_allclose(np.asarray(got[..., :s.n]), np.asarray(ref), atol=1e-6)
+    with pytest.raises(ValueError, match="delay"):
+        ly.constant_delay(s, delay=d + 1)
+
+
+def test_stable_only_at_delay_one_is_certified_there_and_refuted_under_switching(
+        oscillator_at_delay_one):
+    s, aug, cert = oscillator_at_delay_one
+    res = ly.verify.verify(aug, cert, ct.default_reach(aug), ly.VerifyConfig(batch=256))
+    assert res.certified and res.certified_fraction == pytest.approx(1.0)
+    # Under delays switching in {0, 1} the claim is false: a run leaves the box.
+    cx = ly.falsify.falsify(s, jax.random.key(1))
+    assert cx.found and cx.criterion == "leaves_box" and cx.violation > 0
+    replay = np.asarray(ly.simulate(s, cx.x0, cx.w, cx.own_delay, cx.link_delay))
+    np.testing.assert_allclose(replay, cx.states, rtol=1e-6)
+    assert np.abs(cx.x0).max() <= 0.5 + 1e-6  # started inside init_scale x the box
+    assert np.abs(cx.states[cx.step]).max() > 1.0
+    assert np.all(np.abs(cx.w) <= s.w_max + 1e-7)
+    # At the certified delay the search finds no run breaking the certified bound.
+    sound = ly.falsify.falsify(aug, jax.random.key(1), cert=cert)
+    assert sound.criterion == "iss_bound" and not sound.found
+
+
+def test_falsifier_refutes_an_invalid_certificate_by_a_trajectory(oscillator_at_delay_one):
+    _, aug, cert = oscillator_at_delay_one
+    # The identity is no Lyapunov function of this oscillator at any gain below 1
+    # (the companion map stretches some directions): its sISS bound must break.
+    bad = ct.quadratic_certificate(aug, np.eye(2)[None], np.array([0.9]), np.zeros((1, 0)),
+                                   np.array([0.5]))
+    cx = ly.falsify.falsify(aug, jax.random.key(0), cert=bad)
+    assert cx.found and cx.violation > 0
+    mu = np.asarray(ct.gain_report(bad, aug).mu)
+    assert np.all(np.asarray(ct.values(bad, aug, cx.x0)) <= 0.99 * mu + 1e-6)
+
+
+# --------------------------------------------------------------------------- S-procedure
+
+_NET = dict(A=[[0.5, 0.1], [-0.1, 0.4]], A_delayed=[[0.1, 0.0], [0.05, 0.1]],
+            B=[[0.08, 0.0], [0.0, 0.08]], E=[[0.0], [0.2]])
+
+
+def _network_certificate(N, a_scale=1.05):
+    s = ly.linear_network(N, **_NET, max_delay=1)
+    return (s, *ly.quadratic.cauchy_schwarz_certificate(s, gain_scale=a_scale))
+
+
+@pytest.mark.parametrize("N", [2, 8])
+def test_quadratic_certificate_of_linear_network_verifies_fully(N):
+    """Branch-and-bound proves a quarter of these 7-dimensional local domains after
+    300k boxes per subsystem (docs/lyapunov.md); the S-procedure proves them all."""
+    s, cert, reach = _network_certificate(N)
+    res = ly.verify.verify(s, cert, reach, ly.VerifyConfig(max_boxes=64, batch=64))
+    assert res.certified and res.certified_fraction == 1.0 and res.boxes == 0
+    assert all(r.proof == "s-procedure" for r in res.subsystems)
+
+
+def test_s_procedure_never_proves_a_sampled_violation():
+    """Over a grid of gains, every subsystem the S-procedure proves has no sampled
+    violation of (C1) or (C2) on its domain; gains too small are refuted by samples and
+    left to branch-and-bound."""
+    N = 3
+    outcomes = []
+    for a_scale in (0.5, 0.7, 0.9, 1.0, 1.05):
+        s, cert, reach = _network_certificate(N, a_scale=a_scale)
+        data, progs, lo, hi, lim = jax.device_get(vf._local_problems_fast(s, cert, reach))
+        nc = ct.n_conditions(s)
+        for i in range(N):
+            d = jax.tree_util.tree_map(lambda a, i=i: a[i], data)
+            p = jax.tree_util.tree_map(lambda a, i=i: a[i], progs)
+            proven, _ = ly.quadratic.prove_subsystem(sysm.skeleton(s), d, p, lo[i], hi[i],
+                                                     cert.eta, cert.eta_reach)
+            u = np.random.default_rng(i).uniform(lo[i], hi[i], (20000, lo.shape[1]))
+            v = np.asarray(ct.condition_values(s, d, p, jnp.asarray(u, jnp.float32),
+                                               eta=cert.eta, eta_reach=cert.eta_reach))
+            reachable = np.all(v[:, nc:] <= lim[i], 1)
+            violated = bool(np.any((v[:, :nc].max(1) > 0) & reachable))
+            assert not (proven and violated), (a_scale, i)
+            outcomes.append((proven, violated))
+    assert any(p for p, _ in outcomes) and any(v for _, v in outcomes)

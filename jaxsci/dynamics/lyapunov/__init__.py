@@ -12,9 +12,11 @@ Systems" (Zhou, Wang, Yang; ICML 2026).
 * :mod:`.verify` -- compositional branch-and-bound verification (one subsystem at a
   time, plus the gain condition).
 * :mod:`.train` -- counterexample-guided synthesis (optax).
+* :mod:`.quadratic` -- exact proofs for quadratic certificates of linear subsystems.
+* :mod:`.falsify` -- trajectory counterexamples (runs that refute a stability claim).
 """
 
-from jaxsci.dynamics.lyapunov import certificates, systems, train, verify
+from jaxsci.dynamics.lyapunov import certificates, falsify, quadratic, systems, train, verify
 from jaxsci.dynamics.lyapunov.certificates import (
     Certificate,
     Reach,
@@ -25,11 +27,14 @@ from jaxsci.dynamics.lyapunov.certificates import (
     value,
     values,
 )
+from jaxsci.dynamics.lyapunov.falsify import TrajectoryCounterexample
 from jaxsci.dynamics.lyapunov.systems import (
     InterconnectedSystem,
+    constant_delay,
     drone_formation,
     input_layout,
     linear_chain,
+    linear_network,
     microgrid,
     monolithic,
     platoon,
@@ -41,6 +46,8 @@ from jaxsci.dynamics.lyapunov.verify import VerifyConfig, verify_subsystem
 
 __all__ = [
     "certificates",
+    "falsify",
+    "quadratic",
     "systems",
     "train",
     "verify",
@@ -48,7 +55,9 @@ __all__ = [
     "Reach",
     "InterconnectedSystem",
     "SynthesisConfig",
+    "TrajectoryCounterexample",
     "VerifyConfig",
+    "constant_delay",
     "drone_formation",
     "estimate_reach",
     "gain_matrix",
@@ -56,6 +65,7 @@ __all__ = [
     "init_certificate",
     "input_layout",
     "linear_chain",
+    "linear_network",
     "microgrid",
     "monolithic",
     "platoon",

@@ -39,6 +39,20 @@ Benchmarks (the paper's three applications, built here from textbook models)
   grid and to the neighbouring buses, droop on a *delayed* frequency measurement.
 * :func:`linear_chain` -- a scalar linear chain with delayed coupling, for which a
   quadratic certificate is known in closed form (tests).
+* :func:`linear_network` -- linear subsystems of any dimension with delayed own and
+  neighbour states (quadratic certificates proven exactly, :mod:`.quadratic`).
+
+Delay models
+------------
+An :class:`InterconnectedSystem` states stability for delays that switch anywhere in
+``0..d`` at every step, per link: the Razumikhin conditions of
+:mod:`.certificates` prove exactly that. :func:`constant_delay` states the other
+common model, one known constant delay ``d`` on every argument: the system on the
+augmented state ``z_i(k) = (x_i(k), x_i(k-1), ..., x_i(k-d))`` (Krasovskii's
+construction), delay-free (``max_delay = 0``), so the same certificates, training and
+verifier prove stability *at that delay*. A system stable only at ``tau = 1`` (unstable
+at ``tau = 0``, hence under switching delays) is certified there and refuted here
+(:func:`jaxsci.dynamics.lyapunov.falsify.falsify` returns the diverging trajectory).
 
 :func:`monolithic` views a whole system as one subsystem with a common delay (the
 baseline with one certificate over all states). :func:`simulate` runs any of them
@@ -80,6 +94,8 @@ __all__ = [
     "drone_formation",
     "microgrid",
     "linear_chain",
+    "linear_network",
+    "constant_delay",
     "monolithic",
 ]
 
@@ -731,6 +747,166 @@ def linear_chain(
 
 def _linear_chain_program(p) -> bd.Program:
     return bd.affine(p["coef"][None, :])
+
+
+def linear_network(
+    n_sub: int,
+    A,
+    A_delayed,
+    B,
+    E,
+    *,
+    max_delay: int = 1,
+    box: float = 1.0,
+    w_max: float = 0.1,
+    bidirectional: bool = True,
+) -> InterconnectedSystem:
+    """Linear subsystems on a line graph with delayed own and neighbour states,
+
+    ``x_i(k+1) = A x_i(k) + A_d x_i(k - tau_ii) + sum_{j in N_i} B x_j(k - tau_ij) + E w_i``.
+
+    Quadratic certificates of such systems are proven exactly by the S-procedure
+    (:mod:`.quadratic`); Cauchy-Schwarz gives one: with ``V = |x|^2 / box^2`` and
+    ``s = ||A|| + ||A_d|| + K ||B|| + ||E||`` (spectral norms), ``V(x^+) <=
+    s (||A|| V(x) + ||A_d|| V(x^d) + ||B|| sum_j V(x_j^d) + ||E|| |w|^2 / box^2)``.
+
+    Args:
+      n_sub: ``N``.
+      A, A_delayed, B: ``(n, n)`` matrices (the same for every subsystem).
+      E: ``(n, n_w)`` disturbance input matrix.
+      max_delay: ``d``.
+      box: half-width of every state coordinate's box.
+      w_max: disturbance bound.
+      bidirectional: neighbours ``i - 1`` and ``i + 1`` (else only ``i - 1``).
+    """
+    n_sub = check_int("n_sub", n_sub, min=1)
+    A, Ad, B, E = (np.asarray(v, np.float32) for v in (A, A_delayed, B, E))
+    n = A.shape[0]
+    for name, v, shape in (("A", A, (n, n)), ("A_delayed", Ad, (n, n)), ("B", B, (n, n))):
+        if v.shape != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {v.shape}")
+    if E.ndim != 2 or E.shape[0] != n:
+        raise ValueError(f"E must have shape ({n}, n_w), got {E.shape}")
+    check_scalar("box", box, gt=0.0)
+    check_scalar("w_max", w_max, ge=0.0)
+    nb = _line_neighbors(n_sub, bidirectional)
+    K = nb.shape[1]
+    M = np.concatenate([A + Ad, -Ad] + [B] * K + [E], 1)
+    return InterconnectedSystem(
+        params=_device({"M": np.tile(M[None], (n_sub, 1, 1))}),
+        neighbors=jax.device_put(nb.astype(np.int32)),
+        state_box=_device(np.full((n_sub, n), box)),
+        build=_linear_network_program,
+        w_max=float(w_max),
+        max_delay=check_int("max_delay", max_delay, min=0),
+        n_w=E.shape[1],
+        own_delay=True,
+        neighbor_current=False,
+        neighbor_delayed=True,
+        name="linear_network",
+    )
+
+
+def _linear_network_program(p) -> bd.Program:
+    return bd.affine(p["M"])
+
+
+# --------------------------------------------------------------------------- constant delay
+
+
+def constant_delay(system: InterconnectedSystem, delay: int | None = None) -> InterconnectedSystem:
+    """The system under one known constant delay, as a delay-free system on histories.
+
+    Every delayed argument of every ``f_i`` is taken exactly ``delay`` steps back (own
+    state and every link). The state of subsystem ``i`` becomes the history
+    ``z_i(k) = (x_i(k), x_i(k-1), ..., x_i(k - delay))`` (dimension ``(delay + 1) n``),
+    its map ``z_i(k+1) = (f_i(u_i(k)), x_i(k), ..., x_i(k - delay + 1))`` with ``u_i`` read
+    off ``z_i`` and the neighbours' current histories ``z_j(k)``; the result has
+    ``max_delay = 0``. Certificates, synthesis and verification then prove stability at
+    this delay only (Lyapunov-Krasovskii functions of the history), not for delays
+    switching in ``0..d``.
+
+    ``simulate(constant_delay(s), tile(x0), w, 0, 0)[:, :, :n]`` equals
+    ``simulate(s, x0, w, delay, delay)``.
+
+    Args:
+      system: the system with time-varying delays.
+      delay: the constant delay in steps, ``0 <= delay <= system.max_delay`` (default:
+        ``system.max_delay``).
+
+    Returns:
+      An :class:`InterconnectedSystem` with state dimension ``(delay + 1) n``, the
+      state box tiled over the history, the same parameters, neighbours and
+      disturbance bound.
+    """
+    if not isinstance(system, InterconnectedSystem):
+        raise TypeError(f"system must be an InterconnectedSystem, got {type(system).__name__}")
+    d = system.max_delay if delay is None else check_int("delay", delay, min=0,
+                                                           max=system.max_delay)
+    n = system.n
+    box = jnp.tile(system.state_box, (1, d + 1))
+    structure = (n, d, system.K, system.n_w, system.own_delay, system.neighbor_current,
+                 system.neighbor_delayed)
+    return InterconnectedSystem(
+        params=system.params,
+        neighbors=system.neighbors,
+        state_box=box,
+        build=_ConstantDelayBuild(system.build, structure),
+        w_max=system.w_max,
+        max_delay=0,
+        n_w=system.n_w,
+        own_delay=False,
+        neighbor_current=True,
+        neighbor_delayed=False,
+        dt=system.dt,
+        name=f"{system.name}@delay{d}",
+    )
+
+
+class _ConstantDelayBuild:
+    """``build`` of :func:`constant_delay` (a class so that equal wraps hash equal)."""
+
+    def __init__(self, build, structure):
+        self.build, self.structure = build, structure
+
+    def __eq__(self, other):
+        return (isinstance(other, _ConstantDelayBuild) and other.build == self.build
+                and other.structure == self.structure)
+
+    def __hash__(self):
+        return hash((self.build, self.structure))
+
+    def __call__(self, p) -> bd.Program:
+        n, d, K, n_w, own, cur, dly = self.structure
+        m = (d + 1) * n  # history length
+        size = (1 + K) * m + n_w
+        rows = []
+
+        def pick(start, sign=1.0):
+            M = np.zeros((n, size), np.float32)
+            M[:, start:start + n] = sign * np.eye(n, dtype=np.float32)
+            return M
+
+        rows.append(pick(0))  # x_i(k)
+        if own:  # delta_i = x_i(k) - x_i(k - d)
+            rows.append(pick(0) + (pick(d * n, -1.0) if d else -pick(0)))
+        for k in range(K):
+            z = (1 + k) * m
+            if cur:
+                rows.append(pick(z))
+            if dly:
+                rows.append(pick(z + d * n))
+        Mw = np.zeros((n_w, size), np.float32)
+        Mw[:, size - n_w:] = np.eye(n_w, dtype=np.float32)
+        rows.append(Mw)
+        select = bd.affine(jnp.asarray(np.concatenate(rows, 0)))
+        shift = np.zeros((d * n, size), np.float32)
+        shift[:, :d * n] = np.eye(d * n, dtype=np.float32)
+        # Unfused: the selection's sums (delta = x - x_d) stay exact in the chain.
+        head = bd.compose(select, self.build(p))
+        if not d:
+            return head
+        return bd.parallel(head, bd.affine(jnp.asarray(shift)))
 
 
 # --------------------------------------------------------------------------- monolithic

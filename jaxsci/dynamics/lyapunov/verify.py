@@ -13,9 +13,12 @@ A queue of boxes, processed in batches by one jitted, vmapped CROWN call:
 * **certified** -- the CROWN upper bound of every condition is ``<= 0``;
 * **pruned** -- the CROWN lower bound of some guard exceeds its limit: no reachable
   point is in the box (counted with the certified volume);
-* **falsified** -- a point of the box (its centre, or the vertex that maximises the
-  linear upper bound of the worst condition) violates a condition while satisfying
-  every guard: a genuine counterexample, returned for training;
+* **falsified** -- a point of the box violates a condition while satisfying every
+  guard: a genuine counterexample, returned for training. The points tried are the
+  centre, the vertex that maximises the linear upper bound of the worst condition,
+  and the end points of a short projected gradient ascent from each (``attack_steps``
+  signed-gradient steps on the largest condition minus a penalty on violated guards,
+  projected on the box: the PGD falsifier of alpha-beta-CROWN's input BaB);
 * otherwise the box is **split** in two along the coordinate with the largest
   ``|coefficient| x width`` of the worst condition's linear bound (BaBSR-style),
   until ``max_boxes`` boxes were bounded or a box is narrower than ``min_width``
@@ -23,6 +26,10 @@ A queue of boxes, processed in batches by one jitted, vmapped CROWN call:
   best-scoring coordinate that can still be halved).
 
 The subsystem is certified when the queue empties with no falsified or unknown box.
+Before any box: a subsystem whose map is linear and whose certificates are quadratic
+is first given to the S-procedure (:mod:`.quadratic`, ``s_procedure=True``), which
+proves such conditions on the whole space at once where branch-and-bound would need
+millions of boxes; what it does not prove goes to branch-and-bound.
 Soundness rests on the bounds (:mod:`.bounds`: float rounding accounted for) and on
 the guards being necessary conditions of reachability; the gain condition (G) is
 checked exactly in float64 (:func:`~.certificates.gain_report`). Work is
@@ -45,6 +52,7 @@ from jaxsci.common import bounds as bd
 from jaxsci.core.status import RESULTS, raise_if_failed
 from jaxsci.core.validation import check_int, check_scalar
 from jaxsci.dynamics.lyapunov import certificates as ct
+from jaxsci.dynamics.lyapunov import quadratic
 from jaxsci.dynamics.lyapunov.systems import FAST_COMPILE, InterconnectedSystem, skeleton
 
 __all__ = [
@@ -67,12 +75,15 @@ class VerifyConfig:
     min_width: float = 1e-4  # smallest split width, relative to the root box
     max_counterexamples: int = 32  # stop a subsystem after this many (0: never early)
     intermediate: str = "crown"  # pre-activation bounds: "crown" or "ibp"
+    attack_steps: int = 8  # projected gradient ascent steps per box for falsification
+    s_procedure: bool = True  # linear map + quadratic certificates: prove exactly first
 
     def __post_init__(self):
         check_int("batch", self.batch, min=1)
         check_int("max_boxes", self.max_boxes, min=1)
         check_scalar("min_width", self.min_width, gt=0.0, lt=1.0)
         check_int("max_counterexamples", self.max_counterexamples, min=0)
+        check_int("attack_steps", self.attack_steps, min=0)
         if self.intermediate not in ("crown", "ibp"):
             raise ValueError(f"intermediate must be 'crown' or 'ibp', got {self.intermediate!r}")
 
@@ -93,6 +104,7 @@ class SubsystemResult(NamedTuple):
     seconds: float
     counterexamples: np.ndarray  # (k, n_u) local inputs violating a condition
     violations: np.ndarray  # (k,) the largest condition value at each
+    proof: str = "branch-and-bound"  # or "s-procedure" (:mod:`.quadratic`, no boxes)
 
     @property
     def certified(self) -> bool:
@@ -120,17 +132,40 @@ class VerificationResult(NamedTuple):
         return bool(self.result == RESULTS.successful)
 
 
-def _bound_batch_impl(skel, data_i, prog_i, lo, hi, eta, eta_reach, intermediate):
-    """CROWN bounds of every box in the batch, plus the conditions at two points each."""
+def _bound_batch_impl(skel, data_i, prog_i, lo, hi, eta, eta_reach, intermediate,
+                      attack_steps=0):
+    """CROWN bounds of every box in the batch, plus the conditions at the points tried
+    for falsification (centre, worst vertex, and their projected-gradient ascents)."""
     cp = ct.condition_program(skel, data_i, prog_i, eta=eta, eta_reach=eta_reach)
     n_c = ct.n_conditions(skel)
+    limits = ct.guard_limits(skel, data_i)
+
+    def attack_objective(u):
+        v = ct.condition_values(skel, data_i, prog_i, u, eta=eta, eta_reach=eta_reach)
+        scale = jnp.maximum(limits, 1e-6)
+        return jnp.max(v[:n_c]) - 10.0 * jnp.sum(jax.nn.relu(v[n_c:] - limits) / scale)
+
+    grad_obj = jax.grad(attack_objective)
+
+    def attack(u, lo_b, hi_b):
+        step = (hi_b - lo_b) / 4.0
+
+        def body(t, u):
+            s = step / (1.0 + t)
+            return jnp.clip(u + s * jnp.sign(grad_obj(u)), lo_b, hi_b)
+
+        return jax.lax.fori_loop(0, attack_steps, body, u)
 
     def one(lo_b, hi_b):
         lb = bd.crown(cp, lo_b, hi_b, intermediate=intermediate)
         coef = lb.upper_coef[:n_c]
         worst = jnp.argmax(lb.upper[:n_c])
         vertex = jnp.where(coef[worst] > 0, hi_b, lo_b)
-        pts = jnp.stack([0.5 * (lo_b + hi_b), vertex])
+        centre = 0.5 * (lo_b + hi_b)
+        pts = [centre, vertex]
+        if attack_steps:
+            pts += [attack(centre, lo_b, hi_b), attack(vertex, lo_b, hi_b)]
+        pts = jnp.stack(pts)
         vals = bd.apply(cp, pts)
         return (lb.upper[:n_c], lb.lower[n_c:], lb.upper[n_c:], coef[worst],
                 lb.lower_coef[n_c:], pts, vals)
@@ -141,7 +176,7 @@ def _bound_batch_impl(skel, data_i, prog_i, lo, hi, eta, eta_reach, intermediate
 _BOUND_CACHE: dict = {}
 
 
-def _bound_fn(skel, data_i, prog_i, eta, eta_reach, intermediate):
+def _bound_fn(skel, data_i, prog_i, eta, eta_reach, intermediate, attack_steps=0):
     """A jitted ``(lo, hi) -> bounds`` for one subsystem.
 
     The static structure (programs' activation codes, the system's flags) is split off
@@ -153,12 +188,13 @@ def _bound_fn(skel, data_i, prog_i, eta, eta_reach, intermediate):
     dyn, static = eqx.partition((skel, data_i, prog_i), eqx.is_array)
     leaves, treedef = jax.tree_util.tree_flatten(dyn)
     key = (treedef, jax.tree_util.tree_structure(static), tuple(
-        jax.tree_util.tree_leaves(static)), eta, eta_reach, intermediate)
+        jax.tree_util.tree_leaves(static)), eta, eta_reach, intermediate, attack_steps)
     fn = _BOUND_CACHE.get(key)
     if fn is None:
         def run(leaves, lo, hi):
             sk, d, p = eqx.combine(jax.tree_util.tree_unflatten(treedef, leaves), static)
-            return _bound_batch_impl(sk, d, p, lo, hi, eta, eta_reach, intermediate)
+            return _bound_batch_impl(sk, d, p, lo, hi, eta, eta_reach, intermediate,
+                                     attack_steps)
 
         # Compile time dominates on CPU (small, unrolled programs): XLA's backend
         # optimisation level 0 compiles ~3x faster at a negligible cost in run time.
@@ -321,9 +357,26 @@ def _subsystem_fns(system, cert, reach, config):
         data_i = jax.tree_util.tree_map(lambda a, i=i: a[i], data)  # NumPy: no device ops
         prog_i = jax.tree_util.tree_map(lambda a, i=i: a[i], progs)
         bound_fn = _bound_fn(skel, data_i, prog_i, cert.eta, cert.eta_reach,
-                             config.intermediate)
-        out.append((bound_fn, np.asarray(lo[i]), np.asarray(hi[i]), np.asarray(limits[i])))
+                             config.intermediate, config.attack_steps)
+        out.append((bound_fn, np.asarray(lo[i]), np.asarray(hi[i]), np.asarray(limits[i]),
+                    data_i, prog_i))
     return out
+
+
+def _s_procedure(system, cert, fn, config):
+    """The subsystem's result when :mod:`.quadratic` proves it, else ``None``."""
+    if not config.s_procedure:
+        return None
+    _, lo, hi, _, data_i, prog_i = fn
+    t0 = time.perf_counter()
+    proven, _ = quadratic.prove_subsystem(skeleton(system), data_i, prog_i, lo, hi,
+                                          cert.eta, cert.eta_reach)
+    if not proven:
+        return None
+    n_u = lo.shape[0]
+    return SubsystemResult(RESULTS.successful, 1.0, 0.0, 0.0, 0, time.perf_counter() - t0,
+                           np.zeros((0, n_u), np.float32), np.zeros(0, np.float32),
+                           "s-procedure")
 
 
 def verify_subsystem(
@@ -350,8 +403,11 @@ def verify_subsystem(
     _check(system, cert, reach)
     i = check_int("i", i, min=0, max=system.n_sub - 1)
     _check_config(config)
-    bound_fn, lo, hi, limits = _subsystem_fns(system, cert, reach, config)[i]
-    res = branch_and_bound(bound_fn, lo, hi, ct.n_conditions(system), limits, config)
+    fn = _subsystem_fns(system, cert, reach, config)[i]
+    res = _s_procedure(system, cert, fn, config)
+    if res is None:
+        bound_fn, lo, hi, limits = fn[:4]
+        res = branch_and_bound(bound_fn, lo, hi, ct.n_conditions(system), limits, config)
     raise_if_failed(jnp.zeros(()), res.result, throw)
     return res
 
@@ -383,14 +439,18 @@ def verify(
     _check_config(config)
     t0 = time.perf_counter()
     fns = _subsystem_fns(system, cert, reach, config)
-    # Warm-up: compile the batched bound once (every subsystem shares the program).
-    bound_fn, lo, hi, _ = fns[0]
-    jax.block_until_ready(bound_fn(np.repeat(lo[None], config.batch, 0),
-                                   np.repeat(hi[None], config.batch, 0)))
-    compile_s = time.perf_counter() - t0
+    exact = [_s_procedure(system, cert, fn, config) for fn in fns]
+    todo = [i for i, r in enumerate(exact) if r is None]
+    if todo:
+        # Warm-up: compile the batched bound once (every subsystem shares the program).
+        bound_fn, lo, hi = fns[todo[0]][:3]
+        jax.block_until_ready(bound_fn(np.repeat(lo[None], config.batch, 0),
+                                       np.repeat(hi[None], config.batch, 0)))
+    compile_s = time.perf_counter() - t0 - sum(r.seconds for r in exact if r is not None)
     results = [
-        branch_and_bound(f, lo, hi, ct.n_conditions(system), lim, config)
-        for f, lo, hi, lim in fns
+        r if r is not None else
+        branch_and_bound(fn[0], fn[1], fn[2], ct.n_conditions(system), fn[3], config)
+        for r, fn in zip(exact, fns, strict=True)
     ]
     rep = ct.gain_report(cert, system)
     ok = rep.ok and all(r.certified for r in results)

@@ -41,7 +41,8 @@ config = ly.SynthesisConfig(hidden=8, steps=100, rounds=2, margin=0.3,
 res = ly.synthesize(system, jax.random.key(0), config)
 v = res.verification
 print(f"certified: {v.certified}  (fraction of the delay domains proven: "
-      f"{v.certified_fraction:.3f}, {v.boxes} boxes in {v.seconds:.1f} s)")
+      f"{v.certified_fraction:.3f}, {v.boxes} boxes in {v.seconds:.1f} s; counterexamples "
+      f"per vehicle: {[r.counterexamples.shape[0] for r in v.subsystems]})")
 print(f"gain condition: lam = {v.gains.lam:.3f}, rho(Gamma) = {v.gains.spectral_radius:.3f}, "
       f"min mu = {v.gains.mu.min():.3f}")
 

@@ -65,7 +65,7 @@ __all__ = [
 
 Equation = Literal["poisson", "advection_diffusion", "reaction_diffusion", "helmholtz"]
 EQUATIONS = ("poisson", "advection_diffusion", "reaction_diffusion", "helmholtz")
-DOMAINS = ("square", "lshape")
+DOMAINS = ("square", "lshape", "hole")
 SYMMETRIC = {
     "poisson": True,
     "advection_diffusion": False,
@@ -150,12 +150,19 @@ def random_coefficients(
 
 def make_mesh(domain: str = "square", size: int = 33) -> skfem.MeshTri:
     """A triangulation: ``square`` has ``size x size`` nodes (unit square, right-angled
-    triangles); ``lshape`` is scikit-fem's L-shaped domain refined ``size`` times."""
+    triangles); ``hole`` is that square with the triangles whose centroid lies within
+    0.25 of its centre removed (the hole's edge is a Dirichlet boundary too); ``lshape``
+    is scikit-fem's L-shaped domain refined ``size`` times."""
     check_choice("domain", domain, DOMAINS)
-    if domain == "square":
-        check_int("size", size, min=3)
+    if domain in ("square", "hole"):
+        check_int("size", size, min=3 if domain == "square" else 9)
         t = np.linspace(0.0, 1.0, size)
-        return skfem.MeshTri.init_tensor(t, t)
+        mesh = skfem.MeshTri.init_tensor(t, t)
+        if domain == "hole":
+            centroid = mesh.p[:, mesh.t].mean(axis=1)
+            inside = np.hypot(centroid[0] - 0.5, centroid[1] - 0.5) < 0.25
+            mesh = mesh.remove_elements(np.flatnonzero(inside))
+        return mesh
     check_int("size", size, min=0, max=8)
     return skfem.MeshTri.init_lshaped().refined(size)
 
@@ -198,6 +205,8 @@ def assemble(
     sigma: float = 1.0,
     lower: float | None = None,
     shift: float = 0.0,
+    contrast: float | None = None,
+    cells: int = 4,
 ) -> FEMProblem:
     """Assemble one random problem of ``equation`` with scikit-fem (P1, Dirichlet u = 0).
 
@@ -208,7 +217,15 @@ def assemble(
       sigma: log-contrast of ``kappa``.
       lower: the lower-order coefficient (``|beta|``, ``c_0``, ``k^2``); default by equation.
       shift: relative coefficient shift (``-0.7`` .. ``0.7`` in the paper), see module docstring.
+      contrast: if given, ``kappa`` is multiplied by a checkerboard of ``cells x cells``
+        squares over the unit square, ``contrast`` on the squares with even
+        ``floor(cells x) + floor(cells y)`` and 1 on the others (a high-contrast
+        coefficient; pass ``sigma=0`` for the bare checkerboard).
+      cells: squares per side of the checkerboard.
     """
+    if contrast is not None:
+        check_scalar("contrast", contrast, gt=0.0)
+    check_int("cells", cells, min=1)
     coef = random_coefficients(key, equation, sigma=sigma, lower=lower, shift=shift)
     mesh = make_mesh(domain, size)
     basis = skfem.Basis(mesh, skfem.ElementTriP1())
@@ -217,6 +234,9 @@ def assemble(
     @skfem.BilinearForm
     def form(u, v, w):
         kappa = np.exp(coef.sigma * _field(coef, 0, w.x))
+        if contrast is not None:
+            even = (np.floor(cells * w.x[0]) + np.floor(cells * w.x[1])) % 2 == 0
+            kappa = kappa * np.where(even, contrast, 1.0)
         out = kappa * dot(grad(u), grad(v))
         if equation == "advection_diffusion":
             out = out + coef.lower * (bx * grad(u)[0] + by * grad(u)[1]) * v

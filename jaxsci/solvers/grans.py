@@ -474,7 +474,8 @@ def init_model(
 
 
 def _check_agreement(model: GRANS, graph: Graph) -> None:
-    """The graph's coarsening levels must be the model's (shapes: checked at trace time)."""
+    """The graph's coarsening levels must be the model's (shapes: checked at trace time),
+    and its aggregate indices below :func:`_aggregate_counts` (when concrete)."""
     levels = graph.clusters.shape[-2]
     if levels != model.config.levels:
         raise ValueError(
@@ -482,6 +483,22 @@ def _check_agreement(model: GRANS, graph: Graph) -> None:
             f"the model has {model.config.levels} (GRANSConfig.levels); build the graph "
             f"with levels={model.config.levels}"
         )
+    if levels and not isinstance(graph.clusters, jax.core.Tracer):
+        top = np.asarray(graph.clusters).max(axis=-1).reshape(-1, levels).max(0)
+        counts = _aggregate_counts(graph.clusters.shape[-1], levels)
+        if np.any(top >= np.asarray(counts)):
+            raise ValueError(
+                f"graph.clusters has aggregate indices {top.tolist()} at or above the "
+                f"counts {list(counts)} that build_graph's grids allow; build the graph "
+                f"with build_graph"
+            )
+
+
+def _aggregate_counts(n: int, levels: int) -> tuple[int, ...]:
+    """Static upper bounds of the aggregate count per level: the cells of
+    :func:`build_graph`'s ``ceil(sqrt(n) / 2^l)``-per-side grids (at most ``n``)."""
+    side = max(1, int(np.ceil(np.sqrt(n))))
+    return tuple(min(n, max(1, int(np.ceil(side / 2**lv))) ** 2) for lv in range(1, levels + 1))
 
 
 def _rms_normalise(v):
@@ -511,13 +528,15 @@ def basis(
         msg = jax.ops.segment_sum(w * h[graph.cols], graph.rows, num_segments=n)
         h = h + jax.vmap(net)(jnp.concatenate([h, msg], 1))
     outs = [h]
+    counts = _aggregate_counts(n, len(coarse_w))  # level l works on ~n / 4^l aggregates
     for lvl, (w, net) in enumerate(zip(coarse_w, model.coarse_nets, strict=True)):
         cl = graph.clusters[lvl]
-        count = jax.ops.segment_sum(jnp.ones((n, 1), h.dtype), cl, num_segments=n)
-        hc = jax.ops.segment_sum(h, cl, num_segments=n) / jnp.maximum(count, 1.0)
+        m = counts[lvl]
+        count = jax.ops.segment_sum(jnp.ones((n, 1), h.dtype), cl, num_segments=m)
+        hc = jax.ops.segment_sum(h, cl, num_segments=m) / jnp.maximum(count, 1.0)
         # messages between aggregates along the fine edges that join them: a dilated
         # aggregation whose reach doubles with every level
-        msg = jax.ops.segment_sum(w * hc[cl[graph.cols]], cl[graph.rows], num_segments=n)
+        msg = jax.ops.segment_sum(w * hc[cl[graph.cols]], cl[graph.rows], num_segments=m)
         msg = msg / jnp.maximum(count, 1.0)
         hc = hc + jax.vmap(net)(jnp.concatenate([hc, msg], 1))
         outs.append(hc[cl])

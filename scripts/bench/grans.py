@@ -6,10 +6,13 @@ the default threads; the faster counts. Per-matrix setup (G-RANS graph, AMG hier
 is inside the solve time; training is not (printed separately).
 
     python scripts/bench/grans.py            # or: jaxsci bench grans
+    python scripts/bench/grans.py --sizes 129 --equations poisson,helmholtz --repeats 1 \
+        --baselines scipy_cg,scipy_bicgstab,jax_cg,amg_pcg   # 16129 unknowns
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import platform
 import tempfile
@@ -22,14 +25,22 @@ from jaxsci.solvers import krylov
 
 
 def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="65", help="mesh points per side (65: 3969 unknowns)")
+    p.add_argument("--equations",
+                   default="poisson,reaction_diffusion,helmholtz,advection_diffusion")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--baselines", default=",".join(krylov.SOLVERS),
+                   help="Krylov/AMG solvers to compare (restarted GMRES is slow at 65k)")
+    args = p.parse_args()
     cfg = dataclasses.replace(
         exp.CONFIGS["quick"],
-        test_equations=("poisson", "reaction_diffusion", "helmholtz", "advection_diffusion"),
-        test_sizes=(65,),  # 3969 unknowns
+        test_equations=tuple(args.equations.split(",")),
+        test_sizes=tuple(int(v) for v in args.sizes.split(",")),
         shifts=(),
         operator_steps=1,
-        repeats=3,
-        baselines=krylov.SOLVERS,
+        repeats=args.repeats,
+        baselines=tuple(args.baselines.split(",")),
     )
     with tempfile.TemporaryDirectory() as out:
         m = run_experiment(exp.EXPERIMENT, cfg, out, progress=True).metrics

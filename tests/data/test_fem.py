@@ -89,3 +89,22 @@ def test_bad_input_errors():
     a = sp.csr_matrix(np.array([[1.0, np.nan], [0.0, 1.0]]))
     with pytest.raises(ValueError, match="matrix.data must be finite"):
         fem.to_bcoo(a)
+
+
+def test_hole_domain_and_checkerboard_contrast():
+    """The hole domain has no unknown near its centre (Dirichlet on the hole's edge);
+    the checkerboard multiplies kappa by the contrast on alternate squares, so the
+    stiffness entries of one square differ by that factor from the plain problem's."""
+    key = jax.random.key(0)
+    hole = fem.assemble(key, "poisson", domain="hole", size=17)
+    r = np.hypot(hole.coords[:, 0] - 0.5, hole.coords[:, 1] - 0.5)
+    assert r.min() > 0.2 and hole.n < 15 * 15 and fem.is_positive_definite(hole.matrix)
+    plain = fem.assemble(key, "poisson", size=9, sigma=0.0)
+    board = fem.assemble(key, "poisson", size=9, sigma=0.0, contrast=100.0)
+    ratio = board.matrix.diagonal() / plain.matrix.diagonal()
+    # Interior nodes of an even square (x, y in (0, 1/4)): all their elements lie there.
+    inner = (plain.coords[:, 0] < 0.2) & (plain.coords[:, 1] < 0.2)
+    np.testing.assert_allclose(ratio[inner], 100.0, rtol=1e-10)
+    assert ratio.min() >= 1.0 - 1e-12 and ratio.max() <= 100.0 + 1e-9
+    with pytest.raises(ValueError, match="contrast"):
+        fem.assemble(key, "poisson", size=9, contrast=0.0)

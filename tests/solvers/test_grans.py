@@ -146,6 +146,12 @@ def test_graph_and_model_levels_must_agree(trained, heldout):
             fn(model, g1, b)
     with pytest.raises(ValueError, match="coarsening levels"):
         gr.cycle(model, g1, b)
+    # Coarse levels work on the aggregate counts of build_graph's grids: larger
+    # aggregate indices (a hand-made graph) are refused, not dropped.
+    g2 = gr.build_graph(fem.to_bcoo(p.matrix), p.coords, levels=2)
+    bad = g2._replace(clusters=g2.clusters.at[1, 0].set(p.n - 1))
+    with pytest.raises(ValueError, match="aggregate indices"):
+        gr.solve(model, bad, b)
 
 
 def test_trained_solver_reaches_tolerance_on_heldout_problem(trained, heldout):

@@ -1,3 +1,5 @@
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -378,3 +380,70 @@ def test_array_likes_are_accepted(model):
         frames, jnp.float32))), atol=1e-6)
     out = model.decode(np.asarray(z).tolist(), xy.tolist())
     np.testing.assert_allclose(np.asarray(out), np.asarray(model.decode(z, xy)), atol=1e-6)
+
+
+# The optional design choices of issue 25 (diagonal RoPE, the authors' anchor-distance
+# position features, the linear function-encoder basis path, the decoder's modulation
+# MLP) keep the encoder a functional of the observed points.
+OPTIONS = kp.MerlinConfig(
+    n_cond=2,
+    encoder=kp.EncoderConfig(n_tokens=2, token_dim=4, width=16, heads=2, n_self_layers=0,
+                             n_cross_layers=1, n_freqs=4, freq_scale=1.0, rope=(1.0, 2.0),
+                             rope_mode="diagonal", pos_ref=3, basis=5),
+    decoder=kp.DecoderConfig(hidden=8, n_layers=1, input_scale=8.0, mod_hidden=6, basis=3),
+)
+
+
+def test_design_options_keep_the_encoder_a_functional_of_the_observed_points():
+    model = kp.Merlin(2, 1, OPTIONS, key=jax.random.key(0))
+    enc = eqx.filter_jit(lambda c, v, m: model.encoder(c, v, m))
+    xy = jax.random.uniform(jax.random.key(1), (64, 2))
+    v = frames_on(xy)
+    mask = jnp.arange(64) % 4 != 0
+    full = jnp.ones((64, 2), bool)
+    z = enc(xy, jnp.where(mask[:, None], v, jnp.nan), jnp.broadcast_to(mask[:, None], (64, 2)))
+    z_sub = enc(xy[mask], v[mask], jnp.ones((48, 2), bool))
+    np.testing.assert_allclose(np.asarray(z), np.asarray(z_sub), atol=2e-5)
+    perm = jax.random.permutation(jax.random.key(3), 64)
+    np.testing.assert_allclose(np.asarray(enc(xy[perm], v[perm], full)),
+                               np.asarray(enc(xy, v, full)), atol=2e-5)
+    out = model.decode(z, xy)
+    assert out.shape == (64, 1) and np.isfinite(np.asarray(out)).all()
+    # The modulation MLP and the basis path are zero at initialisation: the decoder is
+    # the linear-modulation MFN.
+    plain = kp.Merlin(2, 1, dataclasses.replace(
+        OPTIONS, decoder=dataclasses.replace(OPTIONS.decoder, mod_hidden=0, basis=0)),
+        key=jax.random.key(0))
+    np.testing.assert_allclose(np.asarray(out), np.asarray(plain.decode(z, xy)), atol=1e-6)
+
+
+def test_rope_vectors_are_relative_and_dealt_to_the_heads():
+    vec = kp.rope_vectors((1.0, 2.0), 2, 3)  # 8 vectors over 3 heads -> 3 per head
+    assert vec.shape == (3, 3, 2)
+    assert {tuple(v) for v in vec.reshape(-1, 2)} >= {(1, 0), (0, 1), (1, 1), (1, -1),
+                                                      (2, 0), (2, 2), (2, -2)}
+    attn = kp.GalerkinAttention(12, 3, 6, rope=(1.0, 2.0), rope_mode="diagonal",
+                                coord_dim=2, key=jax.random.key(0))
+    q = jax.random.normal(jax.random.key(1), (4, 12))
+    pts = jax.random.normal(jax.random.key(2), (16, 12))
+    qp, kp_ = jax.random.uniform(jax.random.key(3), (4, 2)), jax.random.uniform(
+        jax.random.key(4), (16, 2))
+    w = jnp.ones(16)
+    shift = jnp.array([0.3, -0.2])  # a common shift of every position changes nothing
+    np.testing.assert_allclose(np.asarray(attn(q, pts, w, qp + shift, kp_ + shift)),
+                               np.asarray(attn(q, pts, w, qp, kp_)), atol=2e-5)
+    np.testing.assert_array_equal(kp.lattice_frequencies(5, 2),
+                                  [[0, 0], [0, 1], [1, 0], [1, -1], [1, 1]])
+    d = kp.anchor_distances(jnp.array([[0.0, 0.0], [1.0, 1.0]]), 2)
+    np.testing.assert_allclose(np.asarray(d), [[0, 1, 1, np.sqrt(2)], [np.sqrt(2), 1, 1, 0]],
+                               atol=1e-6)
+
+
+def test_phase1_warmup_is_validated():
+    assert kp.Phase1Config(steps=10, warmup=3).warmup == 3
+    with pytest.raises(ValueError, match="warmup"):
+        kp.Phase1Config(steps=10, warmup=10)
+    with pytest.raises(ValueError, match="rope_mode"):
+        kp.EncoderConfig(rope_mode="spiral")
+    with pytest.raises(ValueError, match="basis_kind"):
+        kp.EncoderConfig(basis_kind="wavelet")

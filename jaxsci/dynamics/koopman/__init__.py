@@ -60,7 +60,10 @@ from jaxsci.dynamics.koopman._encoder import (
     EncoderConfig,
     FunctionEncoder,
     GalerkinAttention,
+    anchor_distances,
+    lattice_frequencies,
     point_mask,
+    rope_vectors,
     rotary,
 )
 from jaxsci.dynamics.koopman._memory import (
@@ -100,6 +103,9 @@ __all__ = [
     "GalerkinAttention",
     "point_mask",
     "rotary",
+    "rope_vectors",
+    "anchor_distances",
+    "lattice_frequencies",
     "KoopmanBackbone",
     "LinearStats",
     "init_stats",

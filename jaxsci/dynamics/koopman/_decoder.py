@@ -21,8 +21,10 @@ Initialisation follows the authors' FourierNet: filter weights uniform in
 ``+-1/sqrt(dx)`` times ``input_scale / sqrt(L + 1)`` (coordinates in ``[0, 1)``;
 the authors use ``input_scale = 64`` for Navier-Stokes and 128 for the wave set,
 on ``[-1, 1]``-scaled grids), linear weights uniform in ``+-1/sqrt(fan_in)``.
-The authors add a small zero-initialised MLP of ``z`` to each modulation; it is
-left out (a linear modulation is the MFN's own form).
+The authors add a small zero-initialised MLP of ``z`` to each modulation
+(``DecoderConfig.mod_hidden > 0``: ``B_l z + c_l + M_l swish(P_l LN(z) + d_l)``, ``M_l``
+zero at initialisation); by default it is left out (a linear modulation is the
+MFN's own form).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from jaxsci.core.validation import check_array, check_int, check_key, check_scalar
+from jaxsci.dynamics.koopman._encoder import lattice_frequencies
 
 __all__ = ["DecoderConfig", "FunctionDecoder"]
 
@@ -55,16 +58,27 @@ class DecoderConfig:
         first (authors: 3 in config, 4 in the NS demo).
       input_scale: bandwidth of the Fourier filters (see module docstring; authors:
         64 for NS on ``[-1, 1]`` grids).
+      mod_hidden: hidden width of the authors' nonlinear modulation MLP of ``z``
+        (module docstring; authors: ``2 * latent_dim``); 0 (default) leaves it out.
+      basis: ``m > 0`` adds a linear function-decoder path (ours), the counterpart
+        of :class:`EncoderConfig`'s ``basis``: ``u(x) += [cos, sin](2 pi f_k . x) W z``
+        at ``m`` learned frequencies initialised at the lowest Fourier modes of the
+        unit torus (``lattice_frequencies``), ``W`` zero at initialisation; 0
+        (default) leaves it out.
     """
 
     hidden: int = 64
     n_layers: int = 3
     input_scale: float = 64.0
+    mod_hidden: int = 0
+    basis: int = 0
 
     def __post_init__(self):
         check_int("hidden", self.hidden, min=2)
         check_int("n_layers", self.n_layers, min=0)
         check_scalar("input_scale", self.input_scale, gt=0.0)
+        check_int("mod_hidden", self.mod_hidden, min=0)
+        check_int("basis", self.basis, min=0)
         if self.hidden % 2:
             raise ValueError(f"hidden must be even (sin and cos halves), got {self.hidden}")
 
@@ -86,6 +100,11 @@ class FunctionDecoder(eqx.Module):
     bias: Float[Array, "l h"]
     out_w: Float[Array, "c h"]
     out_b: Float[Array, " c"]
+    mod_in: Float[Array, "l k d"] | None
+    mod_in_b: Float[Array, "l k"] | None
+    mod_out: Float[Array, "l h k"] | None
+    basis_freqs: Float[Array, "m dx"] | None
+    basis_w: Float[Array, "c m2 d"] | None
     coord_dim: int = eqx.field(static=True)
     latent_dim: int = eqx.field(static=True)
     channels: int = eqx.field(static=True)
@@ -115,6 +134,20 @@ class FunctionDecoder(eqx.Module):
         self.bias = _uniform(kb, (n, hidden), 1 / math.sqrt(coord_dim))
         self.out_w = _uniform(ko, (channels, hidden), 1 / math.sqrt(hidden))
         self.out_b = _uniform(kob, (channels,), 1 / math.sqrt(hidden))
+        mh = config.mod_hidden
+        if mh:
+            km, kmb = jax.random.split(jax.random.fold_in(key, 1))
+            self.mod_in = _uniform(km, (n, mh, latent_dim), 1 / math.sqrt(latent_dim))
+            self.mod_in_b = _uniform(kmb, (n, mh), 1 / math.sqrt(latent_dim))
+            self.mod_out = jnp.zeros((n, hidden, mh))  # zero: starts as the linear MFN
+        else:
+            self.mod_in = self.mod_in_b = self.mod_out = None
+        if config.basis:
+            freqs = lattice_frequencies(config.basis, coord_dim)
+            self.basis_freqs = jnp.asarray(freqs, jnp.result_type(float))
+            self.basis_w = jnp.zeros((channels, 2 * config.basis, latent_dim))
+        else:
+            self.basis_freqs = self.basis_w = None
         self.coord_dim = coord_dim
         self.latent_dim = latent_dim
         self.channels = channels
@@ -132,6 +165,10 @@ class FunctionDecoder(eqx.Module):
         if coords.shape[0] == 0:
             raise ValueError("coords must hold at least one query point, got 0")
         modulation = self.latent_w @ z + self.bias  # [L+1, hidden], once per latent
+        if self.mod_out is not None:
+            zn = (z - jnp.mean(z)) * jax.lax.rsqrt(jnp.var(z) + 1e-5)
+            act = jax.nn.swish(self.mod_in @ zn + self.mod_in_b)  # [L+1, k]
+            modulation = modulation + jnp.einsum("lhk,lk->lh", self.mod_out, act)
 
         def filt(i: int) -> Float[Array, "m h"]:
             phase = coords @ self.filters[i].T
@@ -140,4 +177,9 @@ class FunctionDecoder(eqx.Module):
         h = filt(0) * modulation[0]
         for i in range(self.hidden_w.shape[0]):
             h = filt(i + 1) * (h @ self.hidden_w[i].T + modulation[i + 1])
-        return h @ self.out_w.T + self.out_b
+        out = h @ self.out_w.T + self.out_b
+        if self.basis_w is not None:
+            ph = 2.0 * jnp.pi * coords @ self.basis_freqs.T
+            psi = jnp.concatenate([jnp.cos(ph), jnp.sin(ph)], axis=-1)  # [m, 2k]
+            out = out + psi @ (self.basis_w @ z).T
+        return out

@@ -27,11 +27,19 @@ channel) multiplies its key and value by zero, so it contributes nothing (its va
 may even be NaN). The RoPE frequencies here are a short octave ladder (``8, 4, 2,
 1`` cycles per unit) suited to small heads, where the authors use the RoFormer
 base-10000 ladder over wider heads.
+
+Options (:class:`EncoderConfig`, off by default): a *linear* path of learned basis
+functions whose inner products with the field are added to the latent (``basis``;
+ours: the attention above reaches linear functionals of the field, such as its
+Fourier or POD coordinates, only slowly), RoPE along the diagonals as well as the
+axes (``rope_mode="diagonal"``), and the authors' reference-grid position features
+(``pos_ref``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import equinox as eqx
 import jax
@@ -39,9 +47,18 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
-from jaxsci.core.validation import check_array, check_int, check_key, check_scalar
+from jaxsci.core.validation import (
+    check_array,
+    check_choice,
+    check_int,
+    check_key,
+    check_scalar,
+)
 
-__all__ = ["EncoderConfig", "FunctionEncoder", "GalerkinAttention", "point_mask", "rotary"]
+__all__ = [
+    "EncoderConfig", "FunctionEncoder", "GalerkinAttention", "anchor_distances",
+    "lattice_frequencies", "point_mask", "rope_vectors", "rotary",
+]
 
 
 def _dense(layer: eqx.nn.Linear, x: Float[Array, "... i"]) -> Float[Array, "... o"]:
@@ -90,6 +107,70 @@ def rotary(x: Float[Array, "m h d"], pos: Float[Array, "m dx"], freqs: tuple[flo
     return jnp.concatenate([rot, x[..., used:]], axis=-1)
 
 
+def anchor_distances(coords: Float[Array, "n dx"], ref: int) -> Float[Array, "n r"]:
+    """Euclidean distances of each point to the ``ref^dx`` grid points ``linspace(0, 1,
+    ref)^dx`` (the authors' fixed position embedding for ``[0, 1]``-scaled coordinates)."""
+    dx = coords.shape[-1]
+    axis = jnp.linspace(0.0, 1.0, ref, dtype=coords.dtype)
+    anchors = jnp.stack(jnp.meshgrid(*([axis] * dx), indexing="ij"), -1).reshape(-1, dx)
+    diff = coords[:, None, :] - anchors[None]
+    return jnp.sqrt(jnp.sum(diff**2, axis=-1))
+
+
+def lattice_frequencies(m: int, coord_dim: int) -> np.ndarray:
+    """The ``m`` lowest Fourier modes of the unit torus, ``[m, coord_dim]`` integers.
+
+    Zero first, then one of each pair ``+-k`` (the first nonzero entry positive),
+    in order of ``|k|`` (ties in lexicographic order): ``cos`` and ``sin`` at
+    these frequencies span the trigonometric polynomials of lowest degree.
+    """
+    r = 1
+    while True:
+        axis = np.arange(-r, r + 1)
+        ks = np.stack(np.meshgrid(*([axis] * coord_dim), indexing="ij"), -1).reshape(-1,
+                                                                                   coord_dim)
+        first = np.array([k[np.flatnonzero(k)[0]] if k.any() else 1 for k in ks])
+        ks = ks[first > 0]
+        ks = ks[np.lexsort((*ks.T[::-1], np.sum(ks**2, axis=1)))]
+        norms = np.sum(ks**2, axis=1)
+        if len(ks) >= m and norms[m - 1] <= r * r:
+            return ks[:m].astype(float)
+        r += 1
+
+
+def rope_vectors(freqs: tuple[float, ...], coord_dim: int, heads: int) -> np.ndarray:
+    """Frequency vectors of the ``"diagonal"`` RoPE, ``[heads, p, coord_dim]``.
+
+    For each frequency ``f`` (cycles per unit): ``f e_j`` along every axis and
+    ``f (e_j + e_k)``, ``f (e_j - e_k)`` along every pair of axes (4 vectors per
+    frequency in 2-D), so the attention kernel holds mixed Fourier moments such as
+    ``cos 2 pi f (x + y)``, not only the axial ones. Dealt out to the heads in turn;
+    a head with fewer vectors than the others gets zero vectors (no rotation).
+    """
+    eye = np.eye(coord_dim)
+    dirs = [eye[j] for j in range(coord_dim)]
+    for j in range(coord_dim):
+        for k in range(j + 1, coord_dim):
+            dirs += [eye[j] + eye[k], eye[j] - eye[k]]
+    vecs = [f * d for f in freqs for d in dirs]
+    per_head = -(-len(vecs) // heads)
+    out = np.zeros((heads, per_head, coord_dim))
+    for i, v in enumerate(vecs):
+        out[i % heads, i // heads] = v
+    return out
+
+
+def _rotate(x: Float[Array, "m h d"], pos: Float[Array, "m dx"], vectors: np.ndarray):
+    """Rotary embedding with frequency vectors ``[h, p, dx]`` (one set per head): the
+    feature pair ``(x_i, x_{p+i})`` of head ``h`` is rotated by ``2 pi w_hi . pos``.
+    Relative like :func:`rotary`: ``R(x)^T R(y) = R(y - x)`` pair by pair."""
+    p = vectors.shape[1]
+    ang = 2.0 * jnp.pi * jnp.einsum("mx,hpx->mhp", pos, jnp.asarray(vectors, x.dtype))
+    cos, sin = jnp.cos(ang), jnp.sin(ang)
+    a, b = x[..., :p], x[..., p : 2 * p]
+    return jnp.concatenate([a * cos - b * sin, b * cos + a * sin, x[..., 2 * p :]], axis=-1)
+
+
 class GalerkinAttention(eqx.Module):
     """Multi-head Galerkin attention ``Q (LN(K)^T LN(V)) / n_obs`` with a point weight.
 
@@ -97,7 +178,9 @@ class GalerkinAttention(eqx.Module):
     removes points from the key/value sum and from the count ``n_obs``. With
     ``rope`` frequencies, queries and keys are rotated by their positions
     (:func:`rotary`), as in the authors' encoder: ``K^T V`` then holds Fourier-type
-    moments ``sum_i R(x_i) k_i v_i^T`` of the point features.
+    moments ``sum_i R(x_i) k_i v_i^T`` of the point features. ``rope_mode``
+    ``"diagonal"`` rotates by the frequency vectors of :func:`rope_vectors` instead
+    (axes and diagonals, one set per head).
     """
 
     w_q: eqx.nn.Linear
@@ -107,6 +190,8 @@ class GalerkinAttention(eqx.Module):
     heads: int = eqx.field(static=True)
     head_dim: int = eqx.field(static=True)
     rope: tuple[float, ...] = eqx.field(static=True)
+    rope_mode: str = eqx.field(static=True)
+    coord_dim: int = eqx.field(static=True)
 
     def __init__(
         self,
@@ -115,6 +200,8 @@ class GalerkinAttention(eqx.Module):
         head_dim: int,
         *,
         rope: tuple[float, ...] = (),
+        rope_mode: str = "axial",
+        coord_dim: int = 2,
         key: jax.Array,
     ):
         kq, kk, kv, ko = jax.random.split(key, 4)
@@ -126,6 +213,8 @@ class GalerkinAttention(eqx.Module):
         self.heads = heads
         self.head_dim = head_dim
         self.rope = tuple(float(f) for f in rope)
+        self.rope_mode = rope_mode
+        self.coord_dim = coord_dim
 
     def __call__(
         self,
@@ -141,7 +230,11 @@ class GalerkinAttention(eqx.Module):
         # eq. 2.6), no softmax; the 1/n_obs makes the sum a quadrature of an integral.
         k = _layer_norm(_dense(self.w_k, points).reshape(-1, h, d))
         v = _layer_norm(_dense(self.w_v, points).reshape(-1, h, d))
-        if self.rope:
+        if self.rope and self.rope_mode == "diagonal":
+            vectors = rope_vectors(self.rope, self.coord_dim, h)
+            q = _rotate(q, q_pos, vectors)
+            k = _rotate(k, k_pos, vectors)
+        elif self.rope:
             q = rotary(q, q_pos, self.rope)
             k = rotary(k, k_pos, self.rope)
         n_obs = jnp.maximum(jnp.sum(weight), 1.0)
@@ -172,10 +265,12 @@ class _Block(eqx.Module):
     attn: GalerkinAttention
     ffn: _FeedForward
 
-    def __init__(self, dim: int, heads: int, head_dim: int, *, rope=(), key: jax.Array):
+    def __init__(self, dim: int, heads: int, head_dim: int, *, rope=(), rope_mode="axial",
+                 coord_dim=2, key: jax.Array):
         ka, kf = jax.random.split(key)
         self.norm = _LayerNorm(dim)
-        self.attn = GalerkinAttention(dim, heads, head_dim, rope=rope, key=ka)
+        self.attn = GalerkinAttention(dim, heads, head_dim, rope=rope, rope_mode=rope_mode,
+                                      coord_dim=coord_dim, key=ka)
         self.ffn = _FeedForward(dim, 2 * dim, key=kf)
 
     def __call__(self, x, points, weight, x_pos=None, p_pos=None):
@@ -217,6 +312,25 @@ class EncoderConfig:
         attention's queries and keys; default ``8, 4, 2, 1`` for coordinates in
         ``[0, 1)`` (the authors use RoPE with a base-10000 geometric ladder);
         ``()`` turns it off. The latent queries carry learned positions.
+      rope_mode: ``"axial"`` (the authors': each frequency along each axis, the
+        same in every head) or ``"diagonal"`` (ours: along the axes and the
+        diagonals, dealt out to the heads, :func:`rope_vectors`; mixed moments
+        such as ``cos 2 pi f (x + y)`` for fields that are not separable).
+      pos_ref: ``r > 0`` adds the authors' fixed positional features (their
+        ``--pos_emb``, Transolver's unified position embedding): the distances of
+        each point to an ``r^dx`` grid of reference points on ``[0, 1]^dx``
+        (:func:`anchor_distances`; computed from the coordinates, so any point
+        set); 0 (default) leaves them out.
+      basis: ``m > 0`` adds a linear function-encoder path (ours): learned basis
+        functions ``psi_k`` and the latent gets ``W vec(c)`` with the coefficients
+        ``c_kj = sum_i psi_k(x_i) u_ij m_ij / sum_i m_ij`` (quadrature of
+        ``<psi_k, u_j>`` over each channel's observed points), so linear
+        functionals of the field (POD- or Fourier-type coordinates) are one linear
+        layer away; 0 (default) leaves it out.
+      basis_kind: ``"fourier"``: ``psi = [cos, sin](2 pi f_k . x)`` at ``m`` learned
+        frequencies initialised at the ``m`` lowest Fourier modes of the unit
+        torus (:func:`lattice_frequencies`; ``2 m`` functions); ``"mlp"``: ``m``
+        functions ``MLP(position features)``.
 
     >>> EncoderConfig(token_dim=8).latent_dim
     64
@@ -231,6 +345,10 @@ class EncoderConfig:
     n_freqs: int = 16
     freq_scale: float = 4.0
     rope: tuple[float, ...] = (8.0, 4.0, 2.0, 1.0)
+    rope_mode: str = "axial"
+    pos_ref: int = 0
+    basis: int = 0
+    basis_kind: str = "fourier"
 
     def __post_init__(self):
         check_int("n_tokens", self.n_tokens, min=1)
@@ -243,6 +361,10 @@ class EncoderConfig:
         check_scalar("freq_scale", self.freq_scale, gt=0.0)
         rope = tuple(float(check_scalar("rope[i]", f, gt=0.0)) for f in self.rope)
         object.__setattr__(self, "rope", rope)
+        check_choice("rope_mode", self.rope_mode, ("axial", "diagonal"))
+        check_int("pos_ref", self.pos_ref, min=0)
+        check_int("basis", self.basis, min=0)
+        check_choice("basis_kind", self.basis_kind, ("fourier", "mlp"))
         if self.width % self.heads:
             raise ValueError(f"width must be divisible by heads, got width={self.width}, "
                              f"heads={self.heads}")
@@ -277,10 +399,14 @@ class FunctionEncoder(eqx.Module):
     query_pos: Float[Array, "k dx"]
     cross_blocks: tuple[_Block, ...]
     out_proj: eqx.nn.Linear
+    basis_in: eqx.nn.Linear | Float[Array, "m dx"] | None
+    basis_out: eqx.nn.Linear | None
+    basis_proj: eqx.nn.Linear | None
     coord_dim: int = eqx.field(static=True)
     channels: int = eqx.field(static=True)
     n_tokens: int = eqx.field(static=True)
     token_dim: int = eqx.field(static=True)
+    pos_ref: int = eqx.field(static=True)
 
     def __init__(
         self,
@@ -301,30 +427,57 @@ class FunctionEncoder(eqx.Module):
         n_freqs, freq_scale, rope = config.n_freqs, config.freq_scale, config.rope
         keys = jax.random.split(key, 6 + n_self_layers + n_cross_layers)
         self.freqs = freq_scale * jax.random.normal(keys[0], (n_freqs, coord_dim))
-        n_in = 2 * channels + coord_dim + 2 * n_freqs
+        n_pos = coord_dim + 2 * n_freqs + (config.pos_ref**coord_dim if config.pos_ref else 0)
+        n_in = 2 * channels + n_pos
         self.embed_in = eqx.nn.Linear(n_in, 2 * width, key=keys[1])
         self.embed_out = eqx.nn.Linear(2 * width, width, key=keys[2])
         head_dim = width // heads
-        if 2 * len(rope) * coord_dim > head_dim:
+        rope_mode = config.rope_mode
+        if rope_mode == "diagonal":
+            used = 2 * rope_vectors(rope, coord_dim, heads).shape[1] if rope else 0
+            if used > head_dim:
+                raise ValueError(
+                    f"rope_mode='diagonal' with {len(rope)} frequencies rotates {used} "
+                    f"features per head, more than the head size {head_dim}"
+                )
+        elif 2 * len(rope) * coord_dim > head_dim:
             raise ValueError(
                 f"rope has {len(rope)} frequencies, which rotate 2 * {len(rope)} * coord_dim = "
                 f"{2 * len(rope) * coord_dim} features, more than the head size {head_dim}"
             )
+        blk = functools.partial(_Block, width, heads, head_dim, rope=rope, rope_mode=rope_mode,
+                                coord_dim=coord_dim)
         self.self_blocks = tuple(
-            _Block(width, heads, head_dim, rope=rope, key=k)
+            blk(key=k)
             for k in keys[6 : 6 + n_self_layers]
         )
         self.queries = jax.random.normal(keys[3], (n_tokens, width)) / np.sqrt(width)
         self.query_pos = jax.random.uniform(keys[5], (n_tokens, coord_dim))
         self.cross_blocks = tuple(
-            _Block(width, heads, head_dim, rope=rope, key=k)
+            blk(key=k)
             for k in keys[6 + n_self_layers :]
         )
         self.out_proj = eqx.nn.Linear(width, token_dim, use_bias=False, key=keys[4])
+        if config.basis and config.basis_kind == "fourier":
+            kb = jax.random.fold_in(key, 1)
+            self.basis_in = jnp.asarray(lattice_frequencies(config.basis, coord_dim),
+                                        jnp.result_type(float))
+            self.basis_out = None
+            self.basis_proj = eqx.nn.Linear(2 * config.basis * channels,
+                                            n_tokens * token_dim, use_bias=False, key=kb)
+        elif config.basis:
+            kb = jax.random.split(jax.random.fold_in(key, 1), 3)
+            self.basis_in = eqx.nn.Linear(n_pos, 2 * width, key=kb[0])
+            self.basis_out = eqx.nn.Linear(2 * width, config.basis, key=kb[1])
+            self.basis_proj = eqx.nn.Linear(config.basis * channels, n_tokens * token_dim,
+                                            use_bias=False, key=kb[2])
+        else:
+            self.basis_in = self.basis_out = self.basis_proj = None
         self.coord_dim = coord_dim
         self.channels = channels
         self.n_tokens = n_tokens
         self.token_dim = token_dim
+        self.pos_ref = config.pos_ref
 
     @property
     def latent_dim(self) -> int:
@@ -403,6 +556,8 @@ class FunctionEncoder(eqx.Module):
         vals = jnp.where(m, values, 0.0)
         phase = 2.0 * jnp.pi * coords @ self.freqs.T
         pos = jnp.concatenate([coords, jnp.sin(phase), jnp.cos(phase)], axis=-1)
+        if self.pos_ref:
+            pos = jnp.concatenate([pos, anchor_distances(coords, self.pos_ref)], axis=-1)
         # The first layer split into its value and coordinate columns: under vmap over
         # snapshots sharing their points, the coordinate half is computed once.
         nv = 2 * self.channels
@@ -415,4 +570,14 @@ class FunctionEncoder(eqx.Module):
         tokens = self.queries
         for block in self.cross_blocks:
             tokens = block(tokens, h, weight, self.query_pos, coords)
-        return _dense(self.out_proj, tokens).reshape(-1)
+        z = _dense(self.out_proj, tokens).reshape(-1)
+        if self.basis_proj is not None and self.basis_out is None:
+            ph = 2.0 * jnp.pi * coords @ self.basis_in.T
+            psi = jnp.concatenate([jnp.cos(ph), jnp.sin(ph)], axis=-1)  # [n, 2m]
+            coef = (psi.T @ vals) / jnp.maximum(jnp.sum(mf, axis=0), 1.0)  # [2m, c]
+            z = z + _dense(self.basis_proj, coef.reshape(-1))
+        elif self.basis_proj is not None:
+            psi = _dense(self.basis_out, jax.nn.gelu(_dense(self.basis_in, pos)))  # [n, m]
+            coef = (psi.T @ vals) / jnp.maximum(jnp.sum(mf, axis=0), 1.0)  # [m, c]
+            z = z + _dense(self.basis_proj, coef.reshape(-1))
+        return z

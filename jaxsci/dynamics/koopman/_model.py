@@ -289,7 +289,8 @@ class Phase1Config:
     """Phase-I optimisation; defaults from the authors' NS script (``demo_phase1.sh``).
 
     ``window`` latents per training window (``window + n_cond - 1`` snapshots);
-    ``n_query`` decoder target points per step (0: all points).
+    ``n_query`` decoder target points per step (0: all points); ``warmup`` steps of
+    linear warm-up to ``lr`` before the cosine decay (or the constant ``lr``).
     """
 
     steps: int = 2000
@@ -301,6 +302,7 @@ class Phase1Config:
     lambda_pred: float = 0.1  # authors: lambda_pred 0.1
     n_query: int = 0
     cosine_decay: bool = True  # to 5% of lr; the authors offer OneCycle, cosine, step
+    warmup: int = 0  # linear warm-up steps from 0 to lr before the decay (0: none)
 
     def __post_init__(self):
         check_int("steps", self.steps, min=1)
@@ -311,6 +313,7 @@ class Phase1Config:
         check_scalar("lambda_dyn", self.lambda_dyn, ge=0.0)
         check_scalar("lambda_pred", self.lambda_pred, ge=0.0)
         check_int("n_query", self.n_query, min=0)
+        check_int("warmup", self.warmup, min=0, max=self.steps - 1)
 
 
 def _as_bits(x: Array) -> Array:
@@ -402,11 +405,15 @@ def train_phase1(
             lambda_dyn=config.lambda_dyn, lambda_pred=config.lambda_pred,
         )
 
-    sched = (
-        optax.cosine_decay_schedule(config.lr, config.steps, alpha=0.05)
-        if config.cosine_decay
-        else config.lr
-    )
+    if config.warmup:
+        after = (optax.cosine_decay_schedule(config.lr, config.steps - config.warmup, alpha=0.05)
+                 if config.cosine_decay else optax.constant_schedule(config.lr))
+        sched = optax.join_schedules(
+            [optax.linear_schedule(0.0, config.lr, config.warmup), after], [config.warmup])
+    elif config.cosine_decay:
+        sched = optax.cosine_decay_schedule(config.lr, config.steps, alpha=0.05)
+    else:
+        sched = config.lr
     tc = TrainConfig(
         steps=config.steps, progress=progress, log_every=max(1, min(100, config.steps)),
         checkpoint_every=config.steps if checkpoint_dir else 0, checkpoint_dir=checkpoint_dir,

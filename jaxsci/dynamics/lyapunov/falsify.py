@@ -108,6 +108,8 @@ def falsify(
         lam = float(min(rep.lam, 1.0 - 1e-6))
         _, _, c = ct.gains(cert, system)
         e = float(jnp.max((c * system.w_max**2 + cert.eta) / mu))
+    # Traced (arrays): certificates of one shape share one compiled search.
+    lam, e = jnp.asarray(lam, jnp.float32), jnp.asarray(e, jnp.float32)
     excess, x0, w, own, link = _search(system, cert, key, mu, lam, e, steps, restarts,
                                        ascent_steps, float(init_scale), float(step_size))
     excess = np.asarray(excess)  # (R, T + 1)

@@ -35,16 +35,13 @@ goes to branch-and-bound as before (:func:`~.verify.verify`).
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import scipy.optimize
 
 from jaxsci.common import bounds as bd
 from jaxsci.dynamics.lyapunov import certificates as ct
-from jaxsci.dynamics.lyapunov.systems import (
-    InterconnectedSystem,
-    _linear_network_program,
-    input_layout,
-)
+from jaxsci.dynamics.lyapunov.systems import InterconnectedSystem, input_layout, local_programs
 
 __all__ = ["linear_map", "quadratic_form", "prove_subsystem", "cauchy_schwarz_certificate"]
 
@@ -235,14 +232,18 @@ def cauchy_schwarz_certificate(system: InterconnectedSystem, gain_scale: float =
     Returns:
       ``(cert, reach)``.
     """
-    if system.build is not _linear_network_program:
-        raise ValueError("system must be built by linear_network")
-    n, K, nw = system.n, system.K, system.n_w
-    M = np.asarray(system.params["M"], np.float64)[0]
-    A = M[:, :n] + M[:, n:2 * n]
-    Ad = -M[:, n:2 * n]
-    B = M[:, 2 * n:3 * n]
-    E = M[:, (2 + K) * n:(2 + K) * n + nw]
+    lay = input_layout(system)
+    if not (system.own_delay and system.neighbor_delayed and not system.neighbor_current):
+        raise ValueError("system must be built by linear_network (own delay, delayed "
+                         "neighbour states only)")
+    n, K = system.n, system.K
+    M = linear_map(jax.tree_util.tree_map(lambda a: np.asarray(a)[0], local_programs(system)))
+    if M is None:
+        raise ValueError("system must be built by linear_network (a linear local map)")
+    A = M[:, lay.x] + M[:, lay.delta]  # u = [x, delta = x - x^d, x_j^d..., w]
+    Ad = -M[:, lay.delta]
+    B = M[:, lay.slots[0][1]] if K else np.zeros((n, n))
+    E = M[:, lay.w]
     box = float(np.asarray(system.state_box)[0, 0])
     nA, nAd, nB, nE = (np.linalg.norm(m, 2) for m in (A, Ad, B, E))
     s = nA + nAd + K * nB + nE

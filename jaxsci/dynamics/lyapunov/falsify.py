@@ -23,8 +23,8 @@ four families (all zero, all ``d``, uniformly random, alternating ``0, d``: the
 delays are discrete and not differentiated) and ``ascent_steps`` steps of signed
 gradient ascent on the initial state and the disturbances (``jax.grad`` through
 :func:`~.systems.simulate`), the disturbances clipped to ``|w| <= w_max`` and the
-initial state projected back into its set. A heuristic search: ``found = False``
-proves nothing.
+initial state projected back into its set (radially; a run whose start is not in the
+certified set is discarded). A heuristic search: ``found = False`` proves nothing.
 """
 
 from __future__ import annotations
@@ -113,6 +113,11 @@ def falsify(
     excess, x0, w, own, link = _search(system, cert, key, mu, lam, e, steps, restarts,
                                        ascent_steps, float(init_scale), float(step_size))
     excess = np.asarray(excess)  # (R, T + 1)
+    if cert is not None:
+        # The radial projection is exact for quadratic V only: a run counts only if it
+        # starts inside the certified set {V_i <= mu_i}.
+        inside = np.all(np.asarray(ct.values(cert, system, x0)) <= np.asarray(mu), axis=-1)
+        excess = np.where(inside[:, None], excess, -np.inf)
     best = int(np.argmax(excess.max(1)))
     x0, w, own, link = (np.asarray(a[best]) for a in (x0, w, own, link))
     states = np.asarray(simulate(system, x0, w, own, link))

@@ -10,6 +10,9 @@ per subsystem inside the loop, seed 0); only the final verification budget diffe
 With ``--loop-boxes B --rounds R`` the CEGIS loop itself verifies with ``B`` boxes per
 subsystem for up to ``R`` rounds, so counterexamples the large budget finds go back
 to training (the result printed is the last round's verification).
+``--net-scale 0`` trains quadratic certificates (no ReLU part), which the sector
+S-procedure proves near the equilibrium; ``--gain-slack`` sets the share of the unused
+small-gain margin spent as slack in (C1) (``SynthesisConfig.gain_slack``, default 0.5).
 """
 
 from __future__ import annotations
@@ -35,9 +38,16 @@ def main() -> None:
     ap.add_argument("--loop-boxes", type=int, default=None,
                     help="verify inside the CEGIS loop with this budget (default: the config's)")
     ap.add_argument("--rounds", type=int, default=None, help="CEGIS rounds (default: 3)")
+    ap.add_argument("--net-scale", type=float, default=None,
+                    help="initial size of the ReLU part; 0: quadratic certificates")
+    ap.add_argument("--gain-slack", type=float, default=None,
+                    help="share of the small-gain margin given to (C1) (default: 0.5)")
     args = ap.parse_args()
     cfg = m.LyapunovConfig()
     syn = cfg.synthesis
+    for field, value in (("net_scale", args.net_scale), ("gain_slack", args.gain_slack)):
+        if value is not None:
+            syn = dataclasses.replace(syn, **{field: value})
     if args.rounds is not None:
         syn = dataclasses.replace(syn, rounds=args.rounds)
     if args.loop_boxes is not None:
@@ -59,7 +69,7 @@ def main() -> None:
     for i, r in enumerate(final.subsystems):
         print(f"subsystem {i}: certified {r.certified}, proven {r.certified_fraction:.9f}, "
               f"unknown {r.unknown_fraction:.2e}, boxes {r.boxes}, counterexamples "
-              f"{r.counterexamples.shape[0]}, {r.seconds:.1f} s")
+              f"{r.counterexamples.shape[0]}, {r.seconds:.1f} s ({r.proof})")
     g = final.gains
     print(f"gain condition: ok {g.ok}, lam {g.lam:.4f}, rho(Gamma) {g.spectral_radius:.4f}, "
           f"ISS gain {g.iss_gain:.3f}, min mu {float(np.min(g.mu)):.3f}")

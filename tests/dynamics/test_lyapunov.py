@@ -501,3 +501,117 @@ def test_s_procedure_never_proves_a_sampled_violation():
             assert not (proven and violated), (a_scale, i)
             outcomes.append((proven, violated))
     assert any(p for p, _ in outcomes) and any(v for _, v in outcomes)
+
+
+# --------------------------------------------------------------------------- sectors
+
+
+def test_sector_bounds_contain_sampled_secant_slopes():
+    """(sigma(b + s) - sigma(b)) / s lies in sector(code, b, lo, hi) for every sampled s
+    of the interval (tanh at b = 0 and b != 0, sin at offsets, wide and narrow)."""
+    rng = np.random.default_rng(0)
+    fns = {bd.TANH: np.tanh, bd.SIN: np.sin}
+    for _ in range(300):
+        code = bd.TANH if rng.random() < 0.5 else bd.SIN
+        b = 0.0 if rng.random() < 0.3 else float(rng.uniform(-2.0, 2.0))
+        lo, hi = np.sort(rng.uniform(-4.0, 4.0, 2) * rng.choice([0.05, 1.0]))
+        al, be = ly.quadratic.sector(code, b, float(lo), float(hi))
+        s = rng.uniform(lo, hi, 2000)
+        s = s[np.abs(s) > 1e-6]
+        r = (fns[code](b + s) - fns[code](b)) / s
+        assert np.all(r >= al - 1e-9) and np.all(r <= be + 1e-9), (code, b, lo, hi)
+        assert al <= be
+    # The tanh sector at 0 is the exact one: tanh(Z)/Z at Z = max |s|.
+    al, be = ly.quadratic.sector(bd.TANH, 0.0, -0.5, 2.0)
+    assert al == pytest.approx(np.tanh(2.0) / 2.0, abs=1e-8) and be == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("make", [ly.drone_formation, ly.microgrid])
+def test_ridge_form_reproduces_the_program(make):
+    s = make(3)
+    prog = jax.tree_util.tree_map(lambda a: np.asarray(a)[1], sysm.local_programs(s))
+    F, c0, units = ly.quadratic.ridge_form(prog)
+    fns = {bd.TANH: np.tanh, bd.SIN: np.sin}
+    u = np.random.default_rng(0).uniform(-1.0, 1.0, (64, sysm.input_layout(s).size))
+    psi = np.stack([fns[c](u @ w + b) - fns[c](b) for c, w, b in units], 1)
+    want = np.asarray(bd.apply(prog, jnp.asarray(u, jnp.float32)), np.float64)
+    np.testing.assert_allclose(np.concatenate([u, psi], 1) @ F.T + c0, want, atol=1e-5)
+    assert np.abs(c0).max() < 1e-6  # the equilibrium is the origin
+
+
+@pytest.mark.parametrize("make", [ly.drone_formation, ly.platoon])
+def test_local_s_procedure_never_proves_a_sampled_violation(make):
+    """Quadratic certificates (the linearisation's P) with self gains from too small to
+    ample: on the box local_radius proves, no sampled local input violates (C1) or (C2);
+    some gains are proven on part of the box and some are violated on the whole box.
+    (The microgrid's linearisation certificate is proven at no radius: not tested here.)"""
+    s = make(3, dt=0.5, max_delay=1)
+    cert0 = ct.init_certificate(s, jax.random.key(0), net_scale=0.0)
+    D = 1.0 / np.square(np.asarray(s.state_box, np.float64))
+    L = np.asarray(cert0.L, np.float64)
+    P = np.stack([np.diag(D[i]) + L[i] @ L[i].T for i in range(3)])
+    proven_any = violated_any = False
+    for a in (0.3, 0.7, 0.95):
+        cert = ct.quadratic_certificate(s, P, np.full(3, a), np.full((3, s.K), 0.1),
+                                        np.full(3, 1.0), lam_max=0.99)
+        reach = ct.Reach(jnp.full(3, 0.5), jnp.full(3, 0.5))
+        data, progs, lo, hi, _ = jax.device_get(vf._local_problems_fast(s, cert, reach))
+        nc = ct.n_conditions(s)
+        for i in range(3):
+            d = jax.tree_util.tree_map(lambda x, i=i: x[i], data)
+            p = jax.tree_util.tree_map(lambda x, i=i: x[i], progs)
+            rho, _ = ly.quadratic.local_radius(sysm.skeleton(s), d, p, lo[i], hi[i],
+                                               cert.eta, cert.eta_reach)
+            scale = rho if rho > 0 else 1.0
+            u = np.random.default_rng(i).uniform(scale * lo[i], scale * hi[i],
+                                                 (20000, lo.shape[1]))
+            v = np.asarray(ct.condition_values(s, d, p, jnp.asarray(u, jnp.float32),
+                                               eta=cert.eta, eta_reach=cert.eta_reach))
+            bad = bool(np.any(v[:, :nc].max(1) > 0))
+            assert not (rho > 0 and bad), (a, i, rho)
+            proven_any |= rho > 0
+            violated_any |= rho == 0 and bad
+    assert proven_any and violated_any
+
+
+def test_bab_counts_boxes_inside_the_proven_inner_box():
+    """A bound that proves only boxes clear of [-1/4, 1/4]^2 leaves the centre unknown;
+    given that box as already proven, branch-and-bound certifies with fewer boxes."""
+    def bound_fn(lo, hi):
+        B, n = lo.shape
+        clear = np.any((lo >= 0.25) | (hi <= -0.25), axis=1)
+        ub = np.where(clear, -1.0, 1.0)[:, None].astype(np.float32)
+        pts = np.stack([0.5 * (lo + hi)], 1)
+        vals = -np.ones((B, 1, 1), np.float32)
+        empty = np.zeros((B, 0), np.float32)
+        return ub, empty, empty, np.ones((B, n), np.float32), np.zeros((B, 0, n)), pts, vals
+
+    cfg = vf.VerifyConfig(batch=64, max_boxes=2_000, min_width=0.01)
+    plain = vf.branch_and_bound(bound_fn, -np.ones(2), np.ones(2), 1, np.zeros(0), cfg)
+    inner = (np.full(2, -0.25, np.float32), np.full(2, 0.25, np.float32))
+    helped = vf.branch_and_bound(bound_fn, -np.ones(2), np.ones(2), 1, np.zeros(0), cfg,
+                                 inner=inner)
+    assert not plain.certified
+    assert helped.certified and helped.certified_fraction == pytest.approx(1.0)
+    assert helped.boxes < plain.boxes
+
+
+def test_relax_gains_spends_the_small_gain_margin():
+    s = ly.drone_formation(4)
+    cert = ct.init_certificate(s, jax.random.key(0), net_scale=0.0)
+    before = ct.gain_report(cert, s)
+    assert before.ok
+    out = ct.relax_gains(cert, s, 0.5)
+    after = ct.gain_report(out, s)
+    target = before.lam + 0.5 * (1.0 - before.lam)
+    assert after.ok and before.lam < after.lam <= target
+    assert after.lam == pytest.approx(target, abs=1e-3)
+    a0, b0, c0 = (np.asarray(v) for v in ct.gains(cert, s))
+    a1, b1, c1 = (np.asarray(v) for v in ct.gains(out, s))
+    ratio = a1 / a0
+    np.testing.assert_allclose(ratio, ratio[0], rtol=1e-4)  # one common factor
+    np.testing.assert_allclose(b1[b0 > 0] / b0[b0 > 0], ratio[0], rtol=1e-3)
+    np.testing.assert_array_equal(c1, c0)
+    assert ct.relax_gains(cert, s, 0.0) is cert
+    with pytest.raises(ValueError, match="slack"):
+        ct.relax_gains(cert, s, 1.0)

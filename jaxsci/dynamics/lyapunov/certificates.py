@@ -105,6 +105,7 @@ __all__ = [
     "gains",
     "gain_matrix",
     "gain_report",
+    "relax_gains",
     "local_data",
     "condition_program",
     "condition_values",
@@ -440,6 +441,44 @@ def gain_report(cert: Certificate, system: InterconnectedSystem) -> GainReport:
            if rad < 1 else float("inf"))
     ok = bool(lam < 1.0 and np.all(margin >= 0))
     return GainReport(G, mu, lam, rad, float(G.sum(1).max()), margin, iss, ok)
+
+
+def relax_gains(cert: Certificate, system: InterconnectedSystem, slack: float) -> Certificate:
+    """Spend part of the unused small-gain margin as slack in the decrease condition.
+
+    Scales every ``a_i`` and ``b_ik`` by one factor ``s >= 1``, the largest with
+    (G) still holding and ``lam(s) <= lam + slack (1 - lam)`` (``lam`` of
+    :func:`gain_report`; bisection). The right side of (C1) grows by
+    ``(s - 1)(a_i m_i + sum_k b_ik m_k)``, a margin quadratic in the state wherever the
+    trained certificate was tight, so branch-and-bound needs far fewer boxes; the price
+    is a larger sISS gain (``1 / (1 - lam)`` grows by up to ``1 / (1 - slack)``).
+    ``slack = 0`` (or (G) failing already) returns ``cert`` unchanged.
+    """
+    check_scalar("slack", slack, ge=0.0, lt=1.0)
+    rep = gain_report(cert, system)
+    if slack == 0.0 or not rep.ok:
+        return cert
+    a, b, _ = (np.asarray(v, np.float64) for v in gains(cert, system))
+    target = rep.lam + slack * (1.0 - rep.lam)
+    lam_max = cert.lam_max
+
+    def scaled(s):
+        a2 = np.minimum(a * s, lam_max * (1.0 - 1e-6))
+        b2 = b * s
+        return eqx.tree_at(lambda q: (q.a_raw, q.b_raw), cert, (
+            jnp.asarray(np.log(a2 / lam_max) - np.log1p(-a2 / lam_max), jnp.float32),
+            jnp.asarray(np.where(b2 > 0, np.log(np.expm1(np.maximum(b2, 1e-30))),
+                                 np.asarray(cert.b_raw)), jnp.float32)))
+
+    def fits(c):
+        r = gain_report(c, system)
+        return r.ok and r.lam <= target
+
+    lo, hi = 1.0, 1.0 / max(rep.lam, 1e-6)
+    for _ in range(30):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if fits(scaled(mid)) else (lo, mid)
+    return scaled(lo) if lo > 1.0 else cert
 
 
 # --------------------------------------------------------------------------- local data

@@ -26,10 +26,12 @@ A queue of boxes, processed in batches by one jitted, vmapped CROWN call:
   best-scoring coordinate that can still be halved).
 
 The subsystem is certified when the queue empties with no falsified or unknown box.
-Before any box: a subsystem whose map is linear and whose certificates are quadratic
-is first given to the S-procedure (:mod:`.quadratic`, ``s_procedure=True``), which
-proves such conditions on the whole space at once where branch-and-bound would need
-millions of boxes; what it does not prove goes to branch-and-bound.
+Before any box: a subsystem whose certificates are quadratic and whose map is linear
+or a ``tanh``/``sin`` ridge map is first given to the S-procedure (:mod:`.quadratic`,
+``s_procedure=True``), which proves such conditions on a whole box at once where
+branch-and-bound would need millions of boxes; where it proves only a box
+``rho [lower, upper]`` around the equilibrium (dyadic ``rho >= 2^-s_procedure_halvings``),
+branch-and-bound covers the rest and counts boxes inside it as proven.
 Soundness rests on the bounds (:mod:`.bounds`: float rounding accounted for) and on
 the guards being necessary conditions of reachability; the gain condition (G) is
 checked exactly in float64 (:func:`~.certificates.gain_report`). Work is
@@ -76,7 +78,8 @@ class VerifyConfig:
     max_counterexamples: int = 32  # stop a subsystem after this many (0: never early)
     intermediate: str = "crown"  # pre-activation bounds: "crown" or "ibp"
     attack_steps: int = 8  # projected gradient ascent steps per box for falsification
-    s_procedure: bool = True  # linear map + quadratic certificates: prove exactly first
+    s_procedure: bool = True  # quadratic certificates: prove by the S-procedure first
+    s_procedure_halvings: int = 6  # else prove it on 2^-k of the box (k <= this), BaB the rest
 
     def __post_init__(self):
         check_int("batch", self.batch, min=1)
@@ -84,6 +87,7 @@ class VerifyConfig:
         check_scalar("min_width", self.min_width, gt=0.0, lt=1.0)
         check_int("max_counterexamples", self.max_counterexamples, min=0)
         check_int("attack_steps", self.attack_steps, min=0)
+        check_int("s_procedure_halvings", self.s_procedure_halvings, min=0)
         if self.intermediate not in ("crown", "ibp"):
             raise ValueError(f"intermediate must be 'crown' or 'ibp', got {self.intermediate!r}")
 
@@ -226,11 +230,14 @@ def _split_dims(ub, lbg, ubg, coef, gcoef, width, rel_width, limits, splittable)
     return np.argmax(score, axis=1), splittable.any(axis=1)
 
 
-def branch_and_bound(bound_fn, lower, upper, n_cond, limits, config: VerifyConfig):
+def branch_and_bound(bound_fn, lower, upper, n_cond, limits, config: VerifyConfig,
+                     inner=None):
     """Generic BaB over ``[lower, upper]``; ``bound_fn(lo (B,n), hi (B,n))`` returns
     ``(ub_cond (B,c), lb_guard (B,g), ub_guard (B,g), coef (B,n), guard_coef (B,g,n),
     points (B,P,n), values (B,P,c+g))`` (``coef``: the worst condition's upper linear
-    bound; ``guard_coef``: the guards' lower linear bounds).
+    bound; ``guard_coef``: the guards' lower linear bounds). ``inner = (lo, hi)``: a box
+    already proven (by :func:`~.quadratic.local_radius`); boxes inside it count as
+    proven without being bounded.
 
     Returns a :class:`SubsystemResult` (``seconds`` measured here).
     """
@@ -299,8 +306,13 @@ def branch_and_bound(bound_fn, lower, upper, n_cond, limits, config: VerifyConfi
             left_hi[rows, dim] = mid
             right_lo = s_lo.copy()
             right_lo[rows, dim] = mid
-            new_lo += [s_lo, right_lo]
-            new_hi += [left_hi, s_hi]
+            c_lo, c_hi = np.concatenate([s_lo, right_lo]), np.concatenate([left_hi, s_hi])
+            if inner is not None:
+                inside = np.all((c_lo >= inner[0]) & (c_hi <= inner[1]), axis=1)
+                done_vol += float(frac_volume(c_lo[inside], c_hi[inside]).sum())
+                c_lo, c_hi = c_lo[~inside], c_hi[~inside]
+            new_lo.append(c_lo)
+            new_hi.append(c_hi)
         q_lo = [a for a in new_lo if a.shape[0]]
         q_hi = [a for a in new_hi if a.shape[0]]
         if config.max_counterexamples and len(cex) >= config.max_counterexamples:
@@ -364,19 +376,33 @@ def _subsystem_fns(system, cert, reach, config):
 
 
 def _s_procedure(system, cert, fn, config):
-    """The subsystem's result when :mod:`.quadratic` proves it, else ``None``."""
+    """``(result, inner)``: the subsystem's result when :mod:`.quadratic` proves the
+    whole box (else ``None``) and the box it proves around 0 (else ``None``)."""
     if not config.s_procedure:
-        return None
+        return None, None
     _, lo, hi, _, data_i, prog_i = fn
     t0 = time.perf_counter()
-    proven, _ = quadratic.prove_subsystem(skeleton(system), data_i, prog_i, lo, hi,
-                                          cert.eta, cert.eta_reach)
-    if not proven:
-        return None
+    rho, _ = quadratic.local_radius(skeleton(system), data_i, prog_i, lo, hi, cert.eta,
+                                    cert.eta_reach, config.s_procedure_halvings)
+    if rho == 0.0:
+        return None, None
+    if rho < 1.0:
+        inner = (np.float32(rho) * lo, np.float32(rho) * hi)
+        return None, (inner, rho, time.perf_counter() - t0)
     n_u = lo.shape[0]
     return SubsystemResult(RESULTS.successful, 1.0, 0.0, 0.0, 0, time.perf_counter() - t0,
                            np.zeros((0, n_u), np.float32), np.zeros(0, np.float32),
-                           "s-procedure")
+                           "s-procedure"), None
+
+
+def _bab(fn, n_cond, config, local):
+    """Branch-and-bound of one subsystem, outside the S-procedure's box when there is one."""
+    if local is None:
+        return branch_and_bound(fn[0], fn[1], fn[2], n_cond, fn[3], config)
+    inner, rho, secs = local
+    r = branch_and_bound(fn[0], fn[1], fn[2], n_cond, fn[3], config, inner=inner)
+    return r._replace(seconds=r.seconds + secs,
+                      proof=f"s-procedure on rho = {rho:g} of the box + branch-and-bound")
 
 
 def verify_subsystem(
@@ -404,10 +430,9 @@ def verify_subsystem(
     i = check_int("i", i, min=0, max=system.n_sub - 1)
     _check_config(config)
     fn = _subsystem_fns(system, cert, reach, config)[i]
-    res = _s_procedure(system, cert, fn, config)
+    res, local = _s_procedure(system, cert, fn, config)
     if res is None:
-        bound_fn, lo, hi, limits = fn[:4]
-        res = branch_and_bound(bound_fn, lo, hi, ct.n_conditions(system), limits, config)
+        res = _bab(fn, ct.n_conditions(system), config, local)
     raise_if_failed(jnp.zeros(()), res.result, throw)
     return res
 
@@ -439,18 +464,18 @@ def verify(
     _check_config(config)
     t0 = time.perf_counter()
     fns = _subsystem_fns(system, cert, reach, config)
-    exact = [_s_procedure(system, cert, fn, config) for fn in fns]
+    exact, local = zip(*[_s_procedure(system, cert, fn, config) for fn in fns], strict=True)
     todo = [i for i, r in enumerate(exact) if r is None]
     if todo:
         # Warm-up: compile the batched bound once (every subsystem shares the program).
         bound_fn, lo, hi = fns[todo[0]][:3]
         jax.block_until_ready(bound_fn(np.repeat(lo[None], config.batch, 0),
                                        np.repeat(hi[None], config.batch, 0)))
-    compile_s = time.perf_counter() - t0 - sum(r.seconds for r in exact if r is not None)
+    compile_s = (time.perf_counter() - t0 - sum(r.seconds for r in exact if r is not None)
+                 - sum(loc[2] for loc in local if loc is not None))
     results = [
-        r if r is not None else
-        branch_and_bound(fn[0], fn[1], fn[2], ct.n_conditions(system), fn[3], config)
-        for r, fn in zip(exact, fns, strict=True)
+        r if r is not None else _bab(fn, ct.n_conditions(system), config, loc)
+        for r, fn, loc in zip(exact, fns, local, strict=True)
     ]
     rep = ct.gain_report(cert, system)
     ok = rep.ok and all(r.certified for r in results)

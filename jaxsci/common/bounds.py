@@ -357,13 +357,25 @@ def _gamma(n: int, u: float) -> float:
 
 
 def _affine_interval(layer: Layer, lo, hi, u):
+    """``W x + b`` over ``[lo, hi]`` in centre-radius form (two products, as plain IBP).
+
+    ``c = (lo + hi)/2`` and ``r = (hi - lo)/2`` are computed in floating point, so the
+    radius is widened to ``r' = r (1 + 2u) + 2u |c|``, which covers the box in real
+    arithmetic. The rounding pad bounds ``gamma_{n+3}`` times the magnitudes of the
+    terms, ``|W| |c| + |b| + |W| r'``, with ``|W| |c| <= rowsum(|W|) max|c|``: a third
+    matrix product would cost as much as the bound itself, and the pad is ``O(n u)``.
+    """
     W = layer.W
-    Wp, Wn = jnp.maximum(W, 0.0), jnp.minimum(W, 0.0)
-    zl = _mm(Wp, lo) + _mm(Wn, hi) + layer.b
-    zu = _mm(Wp, hi) + _mm(Wn, lo) + layer.b
-    mag = _mm(jnp.abs(W), jnp.maximum(jnp.abs(lo), jnp.abs(hi))) + jnp.abs(layer.b)
-    err = _gamma(W.shape[-1] + 1, u) * mag + _TINY
-    return zl - err, zu + err
+    aW = jnp.abs(W)
+    c = 0.5 * (lo + hi)
+    r = 0.5 * (hi - lo) * (1.0 + 2.0 * u) + 2.0 * u * jnp.abs(c)
+    zc = _mm(W, c) + layer.b
+    zr = _mm(aW, r)
+    cmax = jnp.max(jnp.abs(c), axis=-1, keepdims=True)
+    n = W.shape[-1]
+    mag = jnp.sum(aW, -1) * cmax + jnp.abs(layer.b) + zr * (1.0 + 2.0 * _gamma(n, u))
+    err = _gamma(n + 3, u) * mag + _TINY
+    return zc - zr - err, zc + zr + err
 
 
 def _sin_range(zl, zu, eps):
@@ -532,7 +544,10 @@ def _backward_upper(Lam, k, program, rel, pre, post, lower, upper, u):
 
     ``pre[j]`` bounds the pre-activations of layer ``j < k`` (CROWN/IBP), ``rel[j]`` are
     their relaxation lines and ``post[j]`` the post-activation bounds. Every product
-    pads ``err`` with its rounding bound.
+    pads ``err`` with its rounding bound. The pads' products with ``|nu|`` are
+    elementwise reductions that XLA fuses into one pass over ``nu`` (three
+    matrix-vector products read the ``(rows, n)`` coefficients three times and made
+    CROWN about 2x slower: ``scripts/bench/lyapunov.py``).
     """
     layers = program.layers
     layer = layers[k]
@@ -548,17 +563,15 @@ def _backward_upper(Lam, k, program, rel, pre, post, lower, upper, u):
         Ap, An = jnp.maximum(A, 0.0), jnp.minimum(A, 0.0)
         nu = Ap * au + An * al
         t = Ap * bu + An * bl
-        const = const + jnp.sum(t, -1)
-        cabs = cabs + jnp.sum(jnp.abs(t), -1)
-        err = err + 2.0 * u * _mm(jnp.abs(nu), _absmax(*pre[j])) + 2.0 * u * jnp.sum(
-            jnp.abs(t), -1
-        )
+        sat = jnp.sum(jnp.abs(t), -1)
         W, b = layers[j].W, layers[j].b
         hmax = xmax if j == 0 else _absmax(*post[j - 1])
-        const = const + _mm(nu, b)
-        cabs = cabs + _mm(jnp.abs(nu), jnp.abs(b))
+        anu = jnp.abs(nu)
+        pad = 2.0 * u * _absmax(*pre[j]) + _gamma(W.shape[-1], u) * _mm(jnp.abs(W), hmax)
+        const = const + jnp.sum(t, -1) + _mm(nu, b)
+        cabs = cabs + sat + jnp.sum(anu * jnp.abs(b), -1)
+        err = err + 2.0 * u * sat + jnp.sum(anu * pad, -1)
         A = _mm(nu, W)
-        err = err + _gamma(W.shape[-1], u) * _mm(jnp.abs(nu), _mm(jnp.abs(W), hmax))
         n_terms += 2
     Ap, An = jnp.maximum(A, 0.0), jnp.minimum(A, 0.0)
     ub = _mm(Ap, upper) + _mm(An, lower) + const

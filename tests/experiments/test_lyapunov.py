@@ -42,6 +42,14 @@ def test_config_validation():
         dataclasses.replace(exp.CONFIGS["smoke"], figure_system="platoon")
     with pytest.raises(TypeError, match="synthesis must be a SynthesisConfig"):
         exp.LyapunovConfig(synthesis={"steps": 3})
+    with pytest.raises(ValueError, match="certify_system must be one of"):
+        exp.LyapunovConfig(certify_system="rockets")
+    with pytest.raises(ValueError, match="certify_n must be >= 1"):
+        exp.LyapunovConfig(certify_n=0)
+    with pytest.raises(TypeError, match="certify_synthesis must be a SynthesisConfig"):
+        exp.LyapunovConfig(certify_synthesis=None)
+    with pytest.raises(ValueError, match="gain_slack"):
+        ly.SynthesisConfig(gain_slack=1.0)
     # Nested library configs validate themselves.
     with pytest.raises(ValueError, match="max_boxes must be >= 1"):
         ly.VerifyConfig(max_boxes=0)

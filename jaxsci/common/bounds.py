@@ -360,21 +360,24 @@ def _affine_interval(layer: Layer, lo, hi, u):
     """``W x + b`` over ``[lo, hi]`` in centre-radius form (two products, as plain IBP).
 
     ``c = (lo + hi)/2`` and ``r = (hi - lo)/2`` are computed in floating point, so the
-    radius is widened to ``r' = r (1 + 2u) + 2u |c|``, which covers the box in real
-    arithmetic. The rounding pad bounds ``gamma_{n+3}`` times the magnitudes of the
-    terms, ``|W| |c| + |b| + |W| r'``, with ``|W| |c| <= rowsum(|W|) max|c|``: a third
-    matrix product would cost as much as the bound itself, and the pad is ``O(n u)``.
+    radius is widened to ``r' = r (1 + 4u) + 2u |c|`` (``|c - c_exact| <= u |c|``,
+    ``r_exact <= r (1 + u)``, and the two roundings of forming ``r'`` cost at most
+    ``2u r'``), which covers the box in real arithmetic. The rounding pad is
+    ``gamma_{n+6}`` times the magnitudes of the terms, ``|W| |c| + |b| + |W| r'``
+    (``gamma_n`` for each product, the bias, the two final additions, with room), with
+    ``|W| |c| <= rowsum(|W|) max|c|``: a third matrix product would cost as much as
+    the bound itself, and the pad is ``O(n u)``.
     """
     W = layer.W
     aW = jnp.abs(W)
     c = 0.5 * (lo + hi)
-    r = 0.5 * (hi - lo) * (1.0 + 2.0 * u) + 2.0 * u * jnp.abs(c)
+    r = 0.5 * (hi - lo) * (1.0 + 4.0 * u) + 2.0 * u * jnp.abs(c)
     zc = _mm(W, c) + layer.b
     zr = _mm(aW, r)
     cmax = jnp.max(jnp.abs(c), axis=-1, keepdims=True)
     n = W.shape[-1]
     mag = jnp.sum(aW, -1) * cmax + jnp.abs(layer.b) + zr * (1.0 + 2.0 * _gamma(n, u))
-    err = _gamma(n + 3, u) * mag + _TINY
+    err = _gamma(n + 6, u) * mag + _TINY
     return zc - zr - err, zc + zr + err
 
 

@@ -206,6 +206,7 @@ def sector(code: int, b: float, slo: float, shi: float) -> tuple[float, float]:
             a, c = 1.0 - np.tanh(far) ** 2, 1.0 - np.tanh(near) ** 2
     elif code == bd.SIN:
         h = Z / 2.0
+        # sinc falls on [0, pi]; beyond, its global minimum -0.21723... (at x = 4.4934)
         sinc_lo = (np.sin(h) / h if h > 0 else 1.0) if h < np.pi else -0.2173
         c_lo, c_hi = _cos_range(b + lo / 2.0, b + hi / 2.0)
         prods = [x * y for x in (sinc_lo, 1.0) for y in (c_lo, c_hi)]

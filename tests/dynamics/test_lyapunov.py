@@ -526,7 +526,11 @@ def test_sector_bounds_contain_sampled_secant_slopes():
     assert al == pytest.approx(np.tanh(2.0) / 2.0, abs=1e-8) and be == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("make", [ly.drone_formation, ly.microgrid])
+@pytest.mark.parametrize("make", [
+    ly.drone_formation, ly.microgrid,
+    # a history mode: selection -> ridge -> shift, one layer of activations
+    lambda n: ly.delay_modes(ly.platoon(n))[5],
+])
 def test_ridge_form_reproduces_the_program(make):
     s = make(3)
     prog = jax.tree_util.tree_map(lambda a: np.asarray(a)[1], sysm.local_programs(s))
@@ -615,3 +619,57 @@ def test_relax_gains_spends_the_small_gain_margin():
     assert ct.relax_gains(cert, s, 0.0) is cert
     with pytest.raises(ValueError, match="slack"):
         ct.relax_gains(cert, s, 1.0)
+
+
+def test_delay_modes_simulate_the_original_at_their_delays():
+    """Mode (1, 0) of a bidirectional drone line reads slot 0 one step back and slot 1
+    now: its simulation on histories is the original's with those link delays."""
+    s = ly.drone_formation(3, bidirectional=True, max_delay=1)
+    modes = ly.delay_modes(s)
+    assert len(modes) == 4 and all(m.max_delay == 0 for m in modes)  # (d + 1)^K, K = 2
+    mode = modes[2]
+    assert mode.name.endswith("(1, 0)") and mode.n == 2 * s.n
+    T = 12
+    k1, k2 = jax.random.split(jax.random.key(1))
+    w = s.w_max * jax.random.uniform(k1, (T, 3, s.n_w), minval=-1.0, maxval=1.0)
+    x0 = 0.3 * jax.random.normal(k2, (3, s.n))
+    link = jnp.stack([jnp.ones((T, 3), jnp.int32), jnp.zeros((T, 3), jnp.int32)], -1)
+    ref = ly.simulate(s, x0, w, jnp.zeros((T, 3), jnp.int32), link)
+    got = ly.simulate(mode, jnp.tile(x0, (1, 2)), w, jnp.zeros((T, 3), jnp.int32),
+                      jnp.zeros((T, 3, s.K), jnp.int32))
+    np.testing.assert_allclose(np.asarray(got[..., :s.n]), np.asarray(ref), atol=1e-6)
+
+
+def test_switched_certificate_is_proven_in_every_mode_and_never_on_a_violation():
+    """LMI-designed quadratic certificates of the drones' delay modes (the experiment's
+    dt and delay): the S-procedure proves every subsystem in every mode, no sampled local
+    input violates (C1) there, and the verdict is the gain condition's; halved gains are
+    not proven."""
+    s = ly.drone_formation(2, dt=0.5, max_delay=1)
+    modes = ly.delay_modes(s)
+    cert, reach, rep = ly.quadratic.switched_certificate(modes)
+    assert np.all(rep.lam_star < 1.0) and np.all(rep.decay >= rep.lam_star)
+    res = ly.verify_modes(modes, cert, reach, ly.VerifyConfig(max_boxes=256), throw=False)
+    assert all(r.proof == "s-procedure" for v in res for r in v.subsystems)
+    assert all(v.certified == v.gains.ok for v in res)
+    for mode in modes:
+        data, progs, lo, hi, _ = jax.device_get(vf._local_problems_fast(mode, cert, reach))
+        for i in range(2):
+            d = jax.tree_util.tree_map(lambda x, i=i: x[i], data)
+            p = jax.tree_util.tree_map(lambda x, i=i: x[i], progs)
+            u = np.random.default_rng(i).uniform(lo[i], hi[i], (20000, lo.shape[1]))
+            v = np.asarray(ct.condition_values(mode, d, p, jnp.asarray(u, jnp.float32),
+                                               eta=cert.eta, eta_reach=cert.eta_reach))
+            assert v[:, 0].max() <= 0.0
+    a, b, c = (np.asarray(g, np.float64) for g in ct.gains(cert, modes[0]))
+    D = 1.0 / np.square(np.asarray(modes[0].state_box, np.float64))
+    L = np.asarray(cert.L, np.float64)
+    P = np.stack([np.diag(D[i]) + L[i] @ L[i].T for i in range(2)])
+    half = ct.quadratic_certificate(modes[0], P, 0.5 * a, 0.5 * b, 0.5 * c,
+                                    lam_max=cert.lam_max)
+    data, progs, lo, hi, _ = jax.device_get(vf._local_problems_fast(modes[0], half, reach))
+    proven = [ly.quadratic.prove_subsystem(
+        sysm.skeleton(modes[0]), jax.tree_util.tree_map(lambda x, i=i: x[i], data),
+        jax.tree_util.tree_map(lambda x, i=i: x[i], progs), lo[i], hi[i], half.eta,
+        half.eta_reach)[0] for i in range(2)]
+    assert not any(proven)

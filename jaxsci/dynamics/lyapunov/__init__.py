@@ -31,6 +31,7 @@ from jaxsci.dynamics.lyapunov.falsify import TrajectoryCounterexample
 from jaxsci.dynamics.lyapunov.systems import (
     InterconnectedSystem,
     constant_delay,
+    delay_modes,
     drone_formation,
     input_layout,
     linear_chain,
@@ -42,7 +43,7 @@ from jaxsci.dynamics.lyapunov.systems import (
     simulate,
 )
 from jaxsci.dynamics.lyapunov.train import SynthesisConfig, estimate_reach, synthesize
-from jaxsci.dynamics.lyapunov.verify import VerifyConfig, verify_subsystem
+from jaxsci.dynamics.lyapunov.verify import VerifyConfig, verify_modes, verify_subsystem
 
 __all__ = [
     "certificates",
@@ -58,6 +59,7 @@ __all__ = [
     "TrajectoryCounterexample",
     "VerifyConfig",
     "constant_delay",
+    "delay_modes",
     "drone_formation",
     "estimate_reach",
     "gain_matrix",
@@ -75,5 +77,6 @@ __all__ = [
     "synthesize",
     "value",
     "values",
+    "verify_modes",
     "verify_subsystem",
 ]

@@ -51,6 +51,11 @@ goes to branch-and-bound as before (:func:`~.verify.verify`).
 
 from __future__ import annotations
 
+import itertools
+import time
+import warnings
+from typing import NamedTuple
+
 import jax
 import numpy as np
 import scipy.optimize
@@ -60,7 +65,8 @@ from jaxsci.dynamics.lyapunov import certificates as ct
 from jaxsci.dynamics.lyapunov.systems import InterconnectedSystem, input_layout, local_programs
 
 __all__ = ["linear_map", "ridge_form", "sector", "quadratic_form", "prove_subsystem",
-           "local_radius", "cauchy_schwarz_certificate"]
+           "local_radius", "cauchy_schwarz_certificate", "switched_certificate",
+           "SwitchedReport"]
 
 _EPS = np.finfo(np.float64).eps
 
@@ -143,23 +149,36 @@ def _minimise(build, k, p, simplex, scale, starts=4):
 def ridge_form(prog: bd.Program) -> tuple[np.ndarray, np.ndarray, list] | None:
     """``prog(u) = F [u; psi] + c0`` with ``psi_j = sigma_j(w_j u + b_j) - sigma_j(b_j)``.
 
-    Covers the affine programs (``psi`` empty) and the two-layer ridge programs of
-    :func:`~.bounds.ridge` (one hidden layer with scalar activations, an affine output
-    layer). Returns ``(F, c0, units)`` in float64, ``units`` a list of
-    ``(code, w_j, b_j)`` per non-identity hidden unit, or ``None`` for any other shape.
+    Covers the affine programs (``psi`` empty) and the programs with one layer of
+    scalar activations between affine maps: :func:`~.bounds.ridge` (two layers), also
+    composed with affine selections before and after it (the history systems of
+    :func:`~.systems.constant_delay` and :func:`~.systems.delay_modes`; identity
+    activations elsewhere). Returns ``(F, c0, units)`` in float64, ``units`` a list of
+    ``(code, w_j, b_j)`` per non-identity unit, or ``None`` for any other shape.
     """
     layers = prog.layers
-    if all(all(a == bd.IDENTITY for a in layer.act) for layer in layers):
-        M, c = None, None
-        for layer in layers:
+
+    def affine_of(ls, n_in):
+        M, c = np.eye(n_in), np.zeros(n_in)
+        for layer in ls:
             W, b = np.asarray(layer.W, np.float64), np.asarray(layer.b, np.float64)
-            M, c = (W, b) if M is None else (W @ M, W @ c + b)
+            M, c = W @ M, W @ c + b
+        return M, c
+
+    nonlin = [k for k, layer in enumerate(layers) if any(a != bd.IDENTITY for a in layer.act)]
+    n_in = np.asarray(layers[0].W).shape[1]
+    if not nonlin:
+        M, c = affine_of(layers, n_in)
         return M, c, []
-    if len(layers) != 2 or any(a != bd.IDENTITY for a in layers[1].act):
+    if len(nonlin) > 1:
         return None
-    W1, b1 = np.asarray(layers[0].W, np.float64), np.asarray(layers[0].b, np.float64)
-    W2, b2 = np.asarray(layers[1].W, np.float64), np.asarray(layers[1].b, np.float64)
-    codes = np.asarray(layers[0].act)
+    k = nonlin[0]
+    M0, c0 = affine_of(layers[:k], n_in)
+    hid = layers[k]
+    W1 = np.asarray(hid.W, np.float64) @ M0
+    b1 = np.asarray(hid.W, np.float64) @ c0 + np.asarray(hid.b, np.float64)
+    W2, b2 = affine_of(layers[k + 1:], W1.shape[0])
+    codes = np.asarray(hid.act)
     lin = codes == bd.IDENTITY
     units, offsets = [], np.zeros(W1.shape[0])
     for j in np.flatnonzero(~lin):
@@ -216,37 +235,41 @@ def sector(code: int, b: float, slo: float, shi: float) -> tuple[float, float]:
     return a - 1e-9 * (1.0 + abs(a)), c + 1e-9 * (1.0 + abs(c))
 
 
-def prove_subsystem(system: InterconnectedSystem, data_i: dict, prog_i: bd.Program,
-                    lower: np.ndarray, upper: np.ndarray, eta: float,
-                    eta_reach: float) -> tuple[bool, str]:
-    """Try to prove subsystem ``i``'s conditions by the S-procedure.
+class _Pieces(NamedTuple):
+    """Subsystem ``i``'s conditions as quadratic forms of ``v = [u; d]`` (see the
+    module doc): ``F`` (the map on ``v``), ``c0``, ``Qi``, the argument ``forms``,
+    the scaled sector constraints, the disturbance form ``Ww``, the argument
+    ``groups`` with their ``gains``, the ``live`` coordinates and ``R2``."""
 
-    Args:
-      system: the system (structure).
-      data_i, prog_i: subsystem ``i``'s slices of :func:`~.certificates.local_data` and
-        of the local programs (host arrays).
-      lower, upper: its local domain box (the sector bounds hold on it; ``R^2`` bounds
-        ``|u|^2 + |psi|^2`` there).
-      eta, eta_reach: the offsets of (C1) and (C2).
+    F: np.ndarray
+    c0: np.ndarray
+    Qi: np.ndarray
+    forms: list
+    sectors: list
+    Ww: np.ndarray
+    groups: list
+    gains: list
+    live: np.ndarray
+    R2: float
 
-    Returns:
-      ``(proven, reason)``: ``reason`` says which precondition or condition failed.
-    """
+
+def _pieces(system, data_i, prog_i, lower, upper):
+    """:class:`_Pieces` of subsystem ``i`` on the box, or the reason they do not exist."""
     form = ridge_form(prog_i)
     if form is None:
-        return False, "the local map is not affine or a tanh/sin ridge map"
+        return "the local map is not affine or a tanh/sin ridge map"
     F, c0, units = form
     lay = input_layout(system)
     lower, upper = np.asarray(lower, np.float64), np.asarray(upper, np.float64)
     fixed = upper <= lower
     if np.any(fixed & ((lower != 0) | (upper != 0))):
-        return False, "a fixed input coordinate is not zero"
+        return "a fixed input coordinate is not zero"
     m, p = lay.size, len(units)
     live = np.concatenate([~fixed, np.ones(p, bool)])
     own = data_i["own"]
     Qi = quadratic_form(own)
     if Qi is None:
-        return False, "the certificate has a ReLU part"
+        return "the certificate has a ReLU part"
     # Sector constraints alpha_j s_j <= psi_j <= beta_j s_j (times the sign of s_j),
     # s_j = w_j u, valid on the box. Centred and scaled, psi_j = m_j s_j + r_j d_j with
     # m_j, r_j the sector's mid-point and half-width: the constraint is d_j^2 <= s_j^2,
@@ -283,12 +306,10 @@ def prove_subsystem(system: InterconnectedSystem, data_i: dict, prog_i: bd.Progr
         else:
             Q = quadratic_form({key: np.asarray(v)[k] for key, v in data_i["nbr"].items()})
             if Q is None:
-                return False, "a neighbour's certificate has a ReLU part"
+                return "a neighbour's certificate has a ReLU part"
         S = np.asarray(S, np.float64)
         forms.append(pad_u(S.T @ Q @ S))
-    a = float(data_i["a"])
     b = np.asarray(data_i["b"], np.float64)
-    c = float(data_i["c"])
     Sw = np.zeros((system.n_w, m))
     Sw[:, lay.w] = np.eye(system.n_w)
     Ww = pad_u(Sw.T @ Sw)
@@ -296,12 +317,41 @@ def prove_subsystem(system: InterconnectedSystem, data_i: dict, prog_i: bd.Progr
     groups, gains = [], []
     own_t = [t for t, (kind, _, _) in enumerate(args) if kind == "own"]
     groups.append(own_t)
-    gains.append(a)
+    gains.append(float(data_i["a"]))
     for k in range(system.K):
         ts = [t for t, (kind, kk, _) in enumerate(args) if kind == "nbr" and kk == k]
         if ts:
             groups.append(ts)
             gains.append(float(b[k]))
+    return _Pieces(F, c0, Qi, forms, sectors, Ww, groups, gains, live, R2)
+
+
+def prove_subsystem(system: InterconnectedSystem, data_i: dict, prog_i: bd.Program,
+                    lower: np.ndarray, upper: np.ndarray, eta: float,
+                    eta_reach: float) -> tuple[bool, str]:
+    """Try to prove subsystem ``i``'s conditions by the S-procedure.
+
+    Args:
+      system: the system (structure).
+      data_i, prog_i: subsystem ``i``'s slices of :func:`~.certificates.local_data` and
+        of the local programs (host arrays).
+      lower, upper: its local domain box (the sector bounds hold on it; ``R^2`` bounds
+        ``|u|^2 + |psi|^2`` there).
+      eta, eta_reach: the offsets of (C1) and (C2).
+
+    Returns:
+      ``(proven, reason)``: ``reason`` says which precondition or condition failed.
+    """
+    pc = _pieces(system, data_i, prog_i, lower, upper)
+    if isinstance(pc, str):
+        return False, pc
+    F, c0, Qi, forms, sectors, Ww, groups, gains, live, R2 = pc
+    lay = input_layout(system)
+    p = len(sectors)
+    m = lay.size
+    a = float(data_i["a"])
+    b = np.asarray(data_i["b"], np.float64)
+    c = float(data_i["c"])
     pairs = [g for g in groups if len(g) == 2]
 
     def restrict(H):
@@ -384,6 +434,364 @@ def local_radius(system: InterconnectedSystem, data_i: dict, prog_i: bd.Program,
         if not reason.startswith("("):
             return 0.0, reason  # a precondition failed: no radius helps
     return 0.0, reason
+
+
+class SwitchedReport(NamedTuple):
+    """What :func:`switched_certificate` found, per subsystem: the smallest common
+    decay rate ``lam_star`` of the linearised modes (``A_m^T P A_m <= lam^2 P`` for
+    every mode ``m``), the rate ``decay`` its ``P`` was solved at, and the seconds
+    spent in the two kinds of semidefinite programs."""
+
+    lam_star: np.ndarray
+    decay: np.ndarray
+    lyapunov_seconds: float
+    gain_seconds: float
+
+
+def _cvxpy():
+    try:
+        import cvxpy
+    except ImportError as e:  # pragma: no cover - cvxpy ships with the dev extra
+        raise ImportError("switched_certificate solves semidefinite programs with cvxpy: "
+                          "pip install 'jaxsci[lmi]'") from e
+    return cvxpy
+
+
+def _solve(prob, cp):
+    """Clarabel, its "solution may be inaccurate" warning silenced: every candidate is
+    proven afterwards by :func:`prove_subsystem` and (G), never trusted."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        prob.solve(solver=cp.CLARABEL)
+
+
+_SLOPE = {bd.TANH: lambda b: 1.0 - np.tanh(b) ** 2, bd.SIN: np.cos}
+
+
+def _vertex_maps(prog_i, m, lower, upper, vertices):
+    """The maps ``u -> F [u; slope * s]`` of a ridge program with every unit's secant
+    slope at its equilibrium (``vertices=False``: the Jacobian at ``u = 0``) or at the
+    ends of its sector on the box (``vertices=True``: ``2^p`` maps, whose convex hull
+    contains the map on the box, a polytopic linear differential inclusion)."""
+    form = ridge_form(prog_i)
+    if form is None:
+        return None
+    F, _, units = form
+    choices = []
+    for code, w, b in units:
+        if not vertices:  # lower, upper unused
+            choices.append((_SLOPE[code](b),))
+            continue
+        slo = float(np.sum(np.minimum(w * lower, w * upper)))
+        shi = float(np.sum(np.maximum(w * lower, w * upper)))
+        choices.append(sector(code, b, slo, shi))
+    out = []
+    for slopes in itertools.product(*choices):
+        J = F[:, :m].copy()
+        for j, (_, w, _) in enumerate(units):
+            J += np.outer(F[:, m + j], slopes[j] * w)
+        out.append(J)
+    return out
+
+
+def _levels(G, e):
+    """``(score, mu)``: the smallest levels with ``Gamma mu + e <= mu`` are
+    ``mu* = (I - Gamma)^{-1} e`` (when ``rho(Gamma) < 1``); (G) needs them inside the
+    unit level, so ``score = max mu*`` (``< 1``: room) and ``mu = mu* / max mu*`` are
+    the weights the next round's gain objective uses. With ``rho >= 1``: ``1 + rho`` and
+    the Collatz-Wielandt weights just above ``rho``."""
+    N = G.shape[0]
+    rad = float(np.max(np.abs(np.linalg.eigvals(G))))
+    if rad < 1.0:
+        v = np.linalg.solve(np.eye(N) - G, e)
+        if np.all(v > 0):
+            return float(v.max()), v / v.max()
+    v = np.linalg.solve((rad * 1.01 + 1e-3) * np.eye(N) - G, np.ones(N))
+    v = np.where(v > 0, v, 1e-3)
+    return 1.0 + rad, v / v.max()
+
+
+def _best_lam_max(G, need):
+    """``lam_max`` in ``(rho(Gamma), 1)`` maximising ``min_i (1 - lam) mu_i - need_i``
+    for the Collatz-Wielandt weights of :func:`~.certificates.mu_weights`."""
+    N = G.shape[0]
+    rad = float(np.max(np.abs(np.linalg.eigvals(G))))
+    best = (-np.inf, 0.999)
+    lo = max(rad, float(np.max(np.diag(G)))) if N else 0.0
+    for t in np.linspace(0.0, 1.0, 201)[1:-1]:
+        s = lo + t * (1.0 - lo)
+        v = np.linalg.solve(s * np.eye(N) - G, np.ones(N))
+        if np.any(v <= 0):
+            continue
+        mu = v / v.max()
+        lam = float(np.max(G @ mu / mu))
+        margin = float(np.min((1.0 - lam) * mu - need))
+        if margin > best[0]:
+            best = (margin, s)
+    return best[1]
+
+
+def switched_certificate(
+    modes: list[InterconnectedSystem],
+    *,
+    decay_slack: float = 0.5,
+    gain_margin: float = 0.02,
+    sector_vertices: bool = True,
+    gain_rounds: int = 4,
+    design_rounds: int = 2,
+    eta: float = 1e-3,
+    lam_max: float | None = None,
+) -> tuple[ct.Certificate, ct.Reach, SwitchedReport]:
+    r"""Quadratic certificates common to every mode of a switched system, by LMIs.
+
+    ``modes`` are delay-free systems on one state (:func:`~.systems.delay_modes`: the
+    delays switching in ``0..d``; or any list of modes that share the state, the
+    neighbours and the box). Per subsystem ``i``, with ``A_{i,m}`` the Jacobian of
+    ``f_i`` at the equilibrium with respect to its own state in mode ``m``:
+
+    1. the smallest ``lam*`` with ``A_{i,m}^T P A_{i,m} \preceq lam^2 P`` for every
+       ``m`` and ``P \succeq D_i`` feasible (bisection over semidefinite programs);
+       with ``sector_vertices`` (default) ``A_{i,m}`` runs over every mode's maps with
+       each ``tanh`` / ``sin`` unit's secant slope at an end of its sector on the
+       state boxes (:func:`sector`), so ``P_i`` is common to the polytope that contains
+       the non-linear map, not only to its linearisation at 0;
+       ``P_i`` minimises ``trace P`` at ``lam = lam* + decay_slack (1 - lam*)`` (room
+       for the neighbours' terms and the non-linearity);
+    2. the gains: ``min a_i + sum_k b_ik + c_i w_max^2`` subject to the S-procedure
+       of (C1) on the whole local domain box in every mode (the matrix of
+       :func:`prove_subsystem`, with the sector multipliers free per mode, negative
+       semidefinite: linear in the gains and multipliers once the ``P`` are fixed);
+       times ``1 + gain_margin``.
+
+    The result is an ordinary :class:`~.certificates.Certificate` (``W_2 = 0``) for
+    every mode; :func:`~.verify.verify_modes` proves it mode by mode (the
+    S-procedure, then (G)). The linear-matrix-inequality synthesis of common
+    quadratic Lyapunov functions for switched linear systems is standard (Boyd et al.,
+    1994, Ch. 5; Daafouz, Riedinger & Iung, IEEE TAC 2002); the decay bisection and the
+    per-subsystem gains are this library's choice.
+
+    Raises:
+      ValueError: a mode is not delay-free or not a ridge map, the modes do not share
+        their structure, or some subsystem's linearised modes have no common quadratic
+        Lyapunov function (``lam* >= 1``).
+    """
+    cp = _cvxpy()
+    modes = list(modes)
+    if not modes or not all(isinstance(s, InterconnectedSystem) for s in modes):
+        raise TypeError("modes must be a non-empty list of InterconnectedSystem")
+    s0 = modes[0]
+    for s in modes:
+        if s.max_delay != 0:
+            raise ValueError(f"modes must be delay-free (max_delay = 0); {s.name} has "
+                             f"max_delay = {s.max_delay}: use delay_modes(system)")
+        if (s.n_sub, s.n, s.K, s.n_w) != (s0.n_sub, s0.n, s0.K, s0.n_w) or not (
+                np.array_equal(np.asarray(s.neighbors), np.asarray(s0.neighbors))
+                and np.array_equal(np.asarray(s.state_box), np.asarray(s0.state_box))):
+            raise ValueError(f"modes must share the state, neighbours and box; {s.name} "
+                             f"differs from {s0.name}")
+    for name, v in (("decay_slack", decay_slack), ("gain_margin", gain_margin)):
+        if not 0.0 <= float(v) < 1.0:
+            raise ValueError(f"{name} must lie in [0, 1), got {v}")
+    N, n, K = s0.n_sub, s0.n, s0.K
+    lay = input_layout(s0)
+    D = 1.0 / np.square(np.asarray(s0.state_box, np.float64))
+    progs = [jax.device_get(local_programs(s)) for s in modes]
+
+    def sub(tree, i):
+        return jax.tree_util.tree_map(lambda a: np.asarray(a)[i], tree)
+
+    # 1. P_i: a common quadratic Lyapunov function of the linearised own dynamics.
+    t0 = time.perf_counter()
+    P = np.zeros((N, n, n))
+    lam_star, decay = np.zeros(N), np.zeros(N)
+    Pv = cp.Variable((n, n), symmetric=True)
+    l2 = cp.Parameter(nonneg=True)
+    Dp = cp.Parameter((n, n), symmetric=True)
+    # The local input box with every state at its box and |w| <= w_max.
+    box = np.asarray(s0.state_box, np.float64)
+    nb = np.asarray(s0.neighbors)
+    u_hi = np.zeros((N, lay.size))
+    for i in range(N):
+        u_hi[i, lay.x] = box[i]
+        if lay.delta is not None:
+            u_hi[i, lay.delta] = 2.0 * box[i]
+        for k, slots in enumerate(lay.slots):
+            for sl in slots:
+                if sl is not None and nb[i, k] >= 0:
+                    u_hi[i, sl] = box[nb[i, k]]
+        u_hi[i, lay.w] = s0.w_max
+    full = []
+    for i in range(N):
+        Ms = []
+        for pr in progs:
+            Js = _vertex_maps(sub(pr, i), lay.size, -u_hi[i], u_hi[i], sector_vertices)
+            if Js is None:
+                raise ValueError(f"{s0.name}: subsystem {i}'s map is not a ridge map")
+            Ms.extend(Js)
+        full.append(Ms)
+    maps = [[J[:, lay.x] for J in Ms] for Ms in full]
+    Ap = [cp.Parameter((n, n)) for _ in maps[0]]
+    cons = [Pv - Dp >> 0] + [l2 * Pv - A.T @ Pv @ A >> 0 for A in Ap]
+    prob = cp.Problem(cp.Minimize(cp.trace(Pv)), cons)
+
+    def solve(lam):
+        l2.value = lam**2
+        try:
+            _solve(prob, cp)
+        except cp.error.SolverError:
+            return None
+        return Pv.value if prob.status == cp.OPTIMAL else None
+
+    for i in range(N):
+        for A, M in zip(Ap, maps[i], strict=True):
+            A.value = M
+        Dp.value = np.diag(D[i])
+        lo, hi = 0.0, 1.0
+        if solve(1.0 - 1e-9) is None:
+            raise ValueError(f"subsystem {i}: its modes have no common quadratic Lyapunov "
+                             "function (lam* >= 1)" + (" on the sector polytope: try "
+                             "sector_vertices=False" if sector_vertices else ""))
+        for _ in range(30):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (lo, mid) if solve(mid) is not None else (mid, hi)
+        lam_star[i] = hi
+        decay[i] = hi + decay_slack * (1.0 - hi)
+        Pi = solve(decay[i])
+        Pi = 0.5 * (Pi + Pi.T)
+        # The solver meets P >= D to its tolerance: shift to meet it exactly.
+        short = -float(np.linalg.eigvalsh(Pi - np.diag(D[i]))[0])
+        P[i] = Pi + (max(short, 0.0) + 1e-7 * float(np.trace(Pi))) * np.eye(n)
+
+    # 1b. Joint design: at the self gain a_i = decay_i^2, P_i with the neighbour and
+    # disturbance gains, V_i(A z + sum_k B_k z_k + E w) <= a_i V_i(z) + sum_k b_ik
+    # V_jk(z_k) + c_i |w|^2 on every vertex map (a block LMI, linear in P_i, b_i, c_i
+    # with the neighbours' P fixed), minimising the weighted row of (G); Gauss-Seidel
+    # over the subsystems, the weights mu from the gain matrix after each sweep.
+    present = np.asarray(s0.neighbors) >= 0
+    slot_cols = [sl[0] for sl in lay.slots]
+    a_fix = decay**2
+    mu = np.ones(N)
+    for _ in range(design_rounds):
+        b_d, c_d = np.zeros((N, K)), np.zeros(N)
+        for i in range(N):
+            ks = [k for k in range(K) if present[i, k]]
+            Pv = cp.Variable((n, n), symmetric=True)
+            bv = cp.Variable(len(ks), nonneg=True) if ks else None
+            cv = cp.Variable(nonneg=True)
+            sizes = [n] + [n] * len(ks) + [s0.n_w]
+            blocks = [a_fix[i] * Pv] + [bv[t] * P[nb[i, k]] for t, k in enumerate(ks)]
+            blocks.append(cv * np.eye(s0.n_w))
+            R = cp.bmat([[blocks[r] if r == q else np.zeros((sizes[r], sizes[q]))
+                          for q in range(len(sizes))] for r in range(len(sizes))])
+            cons = [Pv - np.diag(D[i]) >> 0]
+            for J in full[i]:
+                Jc = np.concatenate([J[:, lay.x]] + [J[:, slot_cols[k]] for k in ks]
+                                    + [J[:, lay.w]], 1)
+                M = Jc.T @ Pv @ Jc - R
+                cons.append(0.5 * (M + M.T) << 0)
+            obj = s0.w_max**2 / mu[i] * cv + 1e-6 * cp.trace(Pv)
+            if ks:
+                obj = obj + (mu[nb[i, ks]] / mu[i]) @ bv
+            prob_d = cp.Problem(cp.Minimize(obj), cons)
+            try:
+                _solve(prob_d, cp)
+            except cp.error.SolverError:
+                continue
+            if prob_d.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
+                continue  # keep the P_i of the decay program
+            Pi = 0.5 * (Pv.value + Pv.value.T)
+            short = -float(np.linalg.eigvalsh(Pi - np.diag(D[i]))[0])
+            P[i] = Pi + (max(short, 0.0) + 1e-7 * float(np.trace(Pi))) * np.eye(n)
+            if ks:
+                b_d[i, ks] = bv.value
+            c_d[i] = cv.value
+        G = np.diag(a_fix)
+        for i in range(N):
+            for k in range(K):
+                if present[i, k]:
+                    G[i, nb[i, k]] += b_d[i, k]
+        mu = _levels(G, c_d * s0.w_max**2 + eta)[1]
+    t_lyap = time.perf_counter() - t0
+
+    # 2. Gains on each mode's whole local domain (the box of {V <= 1}: the final,
+    # smaller invariant levels give sub-boxes, on which the sectors only tighten).
+    t0 = time.perf_counter()
+    cert0 = ct.quadratic_certificate(s0, P, np.full(N, 0.5), np.zeros((N, K)), np.zeros(N),
+                                     eta=eta)
+    reach = ct.default_reach(s0)
+    pieces = []
+    for s, pr in zip(modes, progs, strict=True):
+        data = jax.device_get(ct.local_data(cert0, s, reach))
+        lo_hi = jax.device_get(jax.vmap(lambda d, s=s: ct.domain_box(s, d, cert0.eta_reach))(data))
+        pieces.append([_pieces(s, sub(data, i), sub(pr, i), lo_hi[0][i], lo_hi[1][i])
+                       for i in range(N)])
+    args = ct._args(s0)
+    problems = []
+    for i in range(N):
+        a = cp.Variable(nonneg=True)
+        b = cp.Variable(K, nonneg=True) if K else None
+        c = cp.Variable(nonneg=True)
+        wb = cp.Parameter(K, nonneg=True) if K else None
+        wc = cp.Parameter(nonneg=True)
+        cons = []
+        for pcs in pieces:
+            pc = pcs[i]
+            if isinstance(pc, str):
+                raise ValueError(f"subsystem {i}: {pc}")
+            ix = np.ix_(pc.live, pc.live)
+            H = (pc.F.T @ pc.Qi @ pc.F)[ix] - c * pc.Ww[ix]
+            for t, (kind, k, _) in enumerate(args):
+                H = H - (a if kind == "own" else b[k]) * pc.forms[t][ix]
+            if pc.sectors:
+                tau = cp.Variable(len(pc.sectors), nonneg=True)
+                for j, S in enumerate(pc.sectors):
+                    H = H + tau[j] * S[ix]
+            cons.append(0.5 * (H + H.T) << 0)
+        if K and np.any(~present[i]):
+            cons.append(b[np.flatnonzero(~present[i])] == 0)
+        obj = a + (wb @ b if K else 0.0) + wc * c
+        problems.append((cp.Problem(cp.Minimize(obj), cons), a, b, c, wb, wc))
+    # (G) asks lam = max_i (Gamma mu)_i / mu_i < 1 for weights mu: for fixed mu each
+    # subsystem's objective is its row, a_i + sum_k b_ik mu_jk / mu_i (+ its
+    # disturbance term); alternate with mu from the new Gamma (never worse).
+    best = None
+    for _ in range(gain_rounds):
+        a_out, b_out, c_out = np.zeros(N), np.zeros((N, K)), np.zeros(N)
+        for i, (prob_g, a, b, c, wb, wc) in enumerate(problems):
+            if K:
+                wb.value = np.where(present[i], mu[np.maximum(nb[i], 0)] / mu[i], 0.0)
+            wc.value = s0.w_max**2 / mu[i]
+            _solve(prob_g, cp)
+            if prob_g.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
+                raise ValueError(f"subsystem {i}: the gain program is {prob_g.status}")
+            a_out[i] = max(float(a.value), 1e-6) * (1.0 + gain_margin)
+            if K:
+                b_out[i] = np.where(present[i], np.maximum(b.value, 0.0), 0.0) * (1.0 + gain_margin)
+            c_out[i] = max(float(c.value), 0.0) * (1.0 + gain_margin) + 1e-9
+        G = np.diag(a_out)
+        for i in range(N):
+            for k in range(K):
+                if present[i, k]:
+                    G[i, nb[i, k]] += b_out[i, k]
+        score, mu = _levels(G, c_out * s0.w_max**2 + eta)
+        if best is None or score < best[0]:
+            best = (score, a_out, b_out, c_out)
+    _, a_out, b_out, c_out = best
+    t_gain = time.perf_counter() - t0
+    G = np.diag(a_out)
+    for i in range(N):
+        for k in range(K):
+            if present[i, k]:
+                G[i, nb[i, k]] += b_out[i, k]
+    if lam_max is None:
+        # The certificate's lam_max sets the weights mu = (lam_max I - Gamma)^{-1} 1 of
+        # (G): pick the one with the largest worst invariance margin.
+        lam_max = _best_lam_max(G, c_out * s0.w_max**2 + eta)
+    if np.any(a_out >= lam_max):
+        raise ValueError(f"the self gains {a_out} reach lam_max = {lam_max} (decay rates "
+                         f"{decay}): no certificate with these P (lower decay_slack)")
+    cert = ct.quadratic_certificate(s0, P, a_out, b_out, c_out, eta=eta, lam_max=lam_max)
+    return cert, reach, SwitchedReport(lam_star, decay, t_lyap, t_gain)
 
 
 def cauchy_schwarz_certificate(system: InterconnectedSystem, gain_scale: float = 1.05,

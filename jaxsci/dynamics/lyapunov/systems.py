@@ -53,6 +53,9 @@ construction), delay-free (``max_delay = 0``), so the same certificates, trainin
 verifier prove stability *at that delay*. A system stable only at ``tau = 1`` (unstable
 at ``tau = 0``, hence under switching delays) is certified there and refuted here
 (:func:`jaxsci.dynamics.lyapunov.falsify.falsify` returns the diverging trajectory).
+:func:`delay_modes` states switching delays the Krasovskii way: the same history
+state, one delay-free mode per choice of delays, so a certificate valid in every mode
+proves stability for every delay sequence (the Razumikhin conditions' alternative).
 
 :func:`monolithic` views a whole system as one subsystem with a common delay (the
 baseline with one certificate over all states). :func:`simulate` runs any of them
@@ -61,6 +64,7 @@ with ``lax.scan`` over a ring buffer of the last ``d + 1`` states.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -96,6 +100,7 @@ __all__ = [
     "linear_chain",
     "linear_network",
     "constant_delay",
+    "delay_modes",
     "monolithic",
 ]
 
@@ -824,7 +829,7 @@ def constant_delay(system: InterconnectedSystem, delay: int | None = None) -> In
     off ``z_i`` and the neighbours' current histories ``z_j(k)``; the result has
     ``max_delay = 0``. Certificates, synthesis and verification then prove stability at
     this delay only (Lyapunov-Krasovskii functions of the history), not for delays
-    switching in ``0..d``.
+    switching in ``0..d`` (for those: :func:`delay_modes`).
 
     ``simulate(constant_delay(s), tile(x0), w, 0, 0)[:, :, :n]`` equals
     ``simulate(s, x0, w, delay, delay)``.
@@ -839,14 +844,59 @@ def constant_delay(system: InterconnectedSystem, delay: int | None = None) -> In
       state box tiled over the history, the same parameters, neighbours and
       disturbance bound.
     """
-    if not isinstance(system, InterconnectedSystem):
-        raise TypeError(f"system must be an InterconnectedSystem, got {type(system).__name__}")
+    _check_system(system)
     d = system.max_delay if delay is None else check_int("delay", delay, min=0,
                                                            max=system.max_delay)
+    return _history_system(system, d, (d,) * _n_delay_groups(system), f"{system.name}@delay{d}")
+
+
+def delay_modes(system: InterconnectedSystem) -> list[InterconnectedSystem]:
+    """The system under delays switching in ``0..d``, as delay-free *modes* on histories.
+
+    The state of subsystem ``i`` is the history ``z_i(k) = (x_i(k), ..., x_i(k - d))``
+    (``d = system.max_delay``); a mode fixes which entry of the history each delayed
+    argument of ``f_i`` reads: one delay for the own state (with ``own_delay``) and one
+    per neighbour slot (with ``neighbor_delayed``), each in ``0..d``, independently, so
+    ``(d + 1)^g`` modes for ``g`` delayed argument groups. At every step the true
+    delays select one mode per subsystem, and the history shift is the same in every
+    mode: the system with time-varying delays is the switched system over these
+    modes. A certificate whose conditions hold in every mode (the same ``V_i`` and
+    gains; the conditions of a delay-free system, checked mode by mode) proves
+    stability for every delay sequence in ``0..d``: at each step the inequality of the
+    mode in force holds. This is the Krasovskii route to switching delays (a common
+    Lyapunov function of the switched history system), beside the Razumikhin
+    conditions that :mod:`.certificates` checks on ``x_i`` alone;
+    :func:`~.quadratic.switched_certificate` synthesises quadratic ones by LMIs.
+
+    Returns:
+      The modes, each an :class:`InterconnectedSystem` with ``max_delay = 0``, state
+      dimension ``(d + 1) n``, the state box tiled over the history; mode ``m`` is
+      named ``"{name}@delays{tau}"`` with ``tau`` the tuple of delays (own first, then
+      the slots). ``simulate(mode, tile(x0), w, 0, 0)[:, :, :n]`` equals
+      ``simulate(system, x0, w, tau_own, tau_link)`` for its constant delays.
+    """
+    _check_system(system)
+    d = system.max_delay
+    out = []
+    for tau in itertools.product(range(d + 1), repeat=_n_delay_groups(system)):
+        out.append(_history_system(system, d, tuple(tau), f"{system.name}@delays{tuple(tau)}"))
+    return out
+
+
+def _check_system(system):
+    if not isinstance(system, InterconnectedSystem):
+        raise TypeError(f"system must be an InterconnectedSystem, got {type(system).__name__}")
+
+
+def _n_delay_groups(system):
+    return int(system.own_delay) + (system.K if system.neighbor_delayed else 0)
+
+
+def _history_system(system, history, delays, name):
     n = system.n
-    box = jnp.tile(system.state_box, (1, d + 1))
-    structure = (n, d, system.K, system.n_w, system.own_delay, system.neighbor_current,
-                 system.neighbor_delayed)
+    box = jnp.tile(system.state_box, (1, history + 1))
+    structure = (n, history, system.K, system.n_w, system.own_delay, system.neighbor_current,
+                 system.neighbor_delayed, tuple(int(t) for t in delays))
     return InterconnectedSystem(
         params=system.params,
         neighbors=system.neighbors,
@@ -859,12 +909,13 @@ def constant_delay(system: InterconnectedSystem, delay: int | None = None) -> In
         neighbor_current=True,
         neighbor_delayed=False,
         dt=system.dt,
-        name=f"{system.name}@delay{d}",
+        name=name,
     )
 
 
 class _ConstantDelayBuild:
-    """``build`` of :func:`constant_delay` (a class so that equal wraps hash equal)."""
+    """``build`` of :func:`constant_delay` and :func:`delay_modes` (a class so that
+    equal wraps hash equal)."""
 
     def __init__(self, build, structure):
         self.build, self.structure = build, structure
@@ -877,10 +928,11 @@ class _ConstantDelayBuild:
         return hash((self.build, self.structure))
 
     def __call__(self, p) -> bd.Program:
-        n, d, K, n_w, own, cur, dly = self.structure
-        m = (d + 1) * n  # history length
+        n, h, K, n_w, own, cur, dly, delays = self.structure
+        m = (h + 1) * n  # history length
         size = (1 + K) * m + n_w
         rows = []
+        tau = iter(delays)
 
         def pick(start, sign=1.0):
             M = np.zeros((n, size), np.float32)
@@ -888,23 +940,24 @@ class _ConstantDelayBuild:
             return M
 
         rows.append(pick(0))  # x_i(k)
-        if own:  # delta_i = x_i(k) - x_i(k - d)
-            rows.append(pick(0) + (pick(d * n, -1.0) if d else -pick(0)))
+        if own:  # delta_i = x_i(k) - x_i(k - tau_own)
+            t = next(tau)
+            rows.append(pick(0) + (pick(t * n, -1.0) if t else -pick(0)))
         for k in range(K):
             z = (1 + k) * m
             if cur:
                 rows.append(pick(z))
             if dly:
-                rows.append(pick(z + d * n))
+                rows.append(pick(z + next(tau) * n))
         Mw = np.zeros((n_w, size), np.float32)
         Mw[:, size - n_w:] = np.eye(n_w, dtype=np.float32)
         rows.append(Mw)
         select = bd.affine(jnp.asarray(np.concatenate(rows, 0)))
-        shift = np.zeros((d * n, size), np.float32)
-        shift[:, :d * n] = np.eye(d * n, dtype=np.float32)
+        shift = np.zeros((h * n, size), np.float32)
+        shift[:, :h * n] = np.eye(h * n, dtype=np.float32)
         # Unfused: the selection's sums (delta = x - x_d) stay exact in the chain.
         head = bd.compose(select, self.build(p))
-        if not d:
+        if not h:
             return head
         return bd.parallel(head, bd.affine(jnp.asarray(shift)))
 

@@ -65,6 +65,7 @@ __all__ = [
     "local_problems",
     "verify_subsystem",
     "verify",
+    "verify_modes",
 ]
 
 
@@ -489,6 +490,29 @@ def verify(
         gains=rep,
     )
     raise_if_failed(jnp.zeros(()), out.result, throw)
+    return out
+
+
+def verify_modes(
+    modes: list[InterconnectedSystem],
+    cert: ct.Certificate,
+    reach: ct.Reach,
+    config: VerifyConfig = VerifyConfig(),
+    *,
+    throw: bool = True,
+) -> list[VerificationResult]:
+    """:func:`verify` in every mode of a switched system (:func:`~.systems.delay_modes`).
+
+    One certificate valid in every mode proves stability under any switching between
+    them (the conditions are per step). Certified when every mode is; the results are
+    returned per mode.
+    """
+    modes = list(modes)
+    if not modes:
+        raise ValueError("modes must not be empty")
+    out = [verify(s, cert, reach, config, throw=False) for s in modes]
+    ok = all(r.certified for r in out)
+    raise_if_failed(jnp.zeros(()), RESULTS.successful if ok else RESULTS.not_verified, throw)
     return out
 
 

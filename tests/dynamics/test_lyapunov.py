@@ -640,18 +640,18 @@ def test_delay_modes_simulate_the_original_at_their_delays():
     np.testing.assert_allclose(np.asarray(got[..., :s.n]), np.asarray(ref), atol=1e-6)
 
 
-def test_switched_certificate_is_proven_in_every_mode_and_never_on_a_violation():
+def test_switched_certificate_certifies_two_drones_and_never_on_a_violation():
     """LMI-designed quadratic certificates of the drones' delay modes (the experiment's
-    dt and delay): the S-procedure proves every subsystem in every mode, no sampled local
-    input violates (C1) there, and the verdict is the gain condition's; halved gains are
-    not proven."""
+    dt and delay, N = 2): the S-procedure proves every subsystem in every mode, no
+    sampled local input violates (C1) there, (G) holds, so every mode is certified;
+    halved gains are not proven."""
     s = ly.drone_formation(2, dt=0.5, max_delay=1)
     modes = ly.delay_modes(s)
     cert, reach, rep = ly.quadratic.switched_certificate(modes)
     assert np.all(rep.lam_star < 1.0) and np.all(rep.decay >= rep.lam_star)
     res = ly.verify_modes(modes, cert, reach, ly.VerifyConfig(max_boxes=256), throw=False)
     assert all(r.proof == "s-procedure" for v in res for r in v.subsystems)
-    assert all(v.certified == v.gains.ok for v in res)
+    assert all(v.gains.ok and v.certified for v in res)
     for mode in modes:
         data, progs, lo, hi, _ = jax.device_get(vf._local_problems_fast(mode, cert, reach))
         for i in range(2):

@@ -12,7 +12,8 @@ Systems" (Zhou, Wang, Yang; ICML 2026).
 * :mod:`.verify` -- compositional branch-and-bound verification (one subsystem at a
   time, plus the gain condition).
 * :mod:`.train` -- counterexample-guided synthesis (optax).
-* :mod:`.quadratic` -- exact proofs for quadratic certificates of linear subsystems.
+* :mod:`.quadratic` -- exact proofs for quadratic certificates (S-procedure), and their
+  LMI design for switching delays (:func:`~.systems.delay_modes`).
 * :mod:`.falsify` -- trajectory counterexamples (runs that refute a stability claim).
 """
 

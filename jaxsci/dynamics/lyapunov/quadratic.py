@@ -43,6 +43,10 @@ branch-and-bound covers only the rest (:func:`~.verify.branch_and_bound`'s
 ``inner`` box). The sectors and the program are those of real arithmetic on the
 float32 weights.
 
+:func:`switched_certificate` designs such certificates by linear matrix inequalities
+(cvxpy) for the delay modes of :func:`~.systems.delay_modes`: one quadratic ``V_i`` per
+subsystem common to every mode, its gains from the same S-procedure matrices.
+
 This is the S-procedure (Yakubovich; Boyd et al., *Linear Matrix Inequalities in
 System and Control Theory*, 1994, Sec. 2.6.3) with the multipliers restricted to the
 convex combinations above: sufficient, not necessary. A subsystem it does not prove
@@ -124,7 +128,10 @@ def _minimise(build, k, p, simplex, scale, starts=4):
         return th, scale * np.exp(np.clip(zs, -60.0, 60.0))
 
     def obj(z):
-        return float(np.linalg.eigvalsh(build(*split(z)))[-1])
+        H = build(*split(z))
+        if not np.all(np.isfinite(H)):
+            return np.inf
+        return float(np.linalg.eigvalsh(H)[-1])
 
     rng = np.random.default_rng(0)
     best = (np.inf, None)
@@ -440,12 +447,16 @@ class SwitchedReport(NamedTuple):
     """What :func:`switched_certificate` found, per subsystem: the smallest common
     decay rate ``lam_star`` of the linearised modes (``A_m^T P A_m <= lam^2 P`` for
     every mode ``m``), the rate ``decay`` its ``P`` was solved at, and the seconds
-    spent in the two kinds of semidefinite programs."""
+    spent in the two kinds of semidefinite programs. ``target_met = False``: no target
+    ``lam`` admitted gains within the invariance room of (G), and the gains returned
+    are those with ``c_i`` capped at ``1 / w_max^2`` only (certain to fail (G)), so that
+    the subsystem conditions can still be checked."""
 
     lam_star: np.ndarray
     decay: np.ndarray
     lyapunov_seconds: float
     gain_seconds: float
+    target_met: bool  # some target lam admitted gains with c_i w^2 + eta <= (1 - lam) mu_i
 
 
 def _cvxpy():
@@ -528,7 +539,7 @@ def _best_lam_max(G, need):
         margin = float(np.min((1.0 - lam) * mu - need))
         if margin > best[0]:
             best = (margin, s)
-    return best[1]
+    return best
 
 
 def switched_certificate(
@@ -537,7 +548,8 @@ def switched_certificate(
     decay_slack: float = 0.5,
     gain_margin: float = 0.02,
     sector_vertices: bool = True,
-    gain_rounds: int = 4,
+    gain_rounds: int = 3,
+    lam_grid: int = 8,
     design_rounds: int = 2,
     eta: float = 1e-3,
     lam_max: float | None = None,
@@ -555,20 +567,34 @@ def switched_certificate(
        each ``tanh`` / ``sin`` unit's secant slope at an end of its sector on the
        state boxes (:func:`sector`), so ``P_i`` is common to the polytope that contains
        the non-linear map, not only to its linearisation at 0;
-       ``P_i`` minimises ``trace P`` at ``lam = lam* + decay_slack (1 - lam*)`` (room
-       for the neighbours' terms and the non-linearity);
-    2. the gains: ``min a_i + sum_k b_ik + c_i w_max^2`` subject to the S-procedure
-       of (C1) on the whole local domain box in every mode (the matrix of
-       :func:`prove_subsystem`, with the sector multipliers free per mode, negative
-       semidefinite: linear in the gains and multipliers once the ``P`` are fixed);
-       times ``1 + gain_margin``.
+       ``P_i`` minimises ``trace P`` at ``lam = lam* + decay_slack (1 - lam*)`` (the
+       starting point of step 2, kept where step 2 finds nothing);
+    2. the joint design for a target of (G): for ``lam_grid`` targets ``lam`` and
+       weights ``mu`` (all 1, then the best target's), ``P_i`` with its neighbour and
+       disturbance gains from one block LMI per vertex map,
+       ``V_i(A z + sum_k B_k z_k + E w) <= a_i V_i(z) + sum_k b_ik V_jk(z_k) + c_i |w|^2``
+       (linear in ``P_i, b_i, c_i`` once ``a_i`` and the neighbours' ``P`` are fixed),
+       minimising the row ``a_i + sum_k b_ik mu_jk / mu_i`` with
+       ``c_i w^2 + eta <= (1 - lam) mu_i``, over ``a_i = (lam* + t (1 - lam*))^2``,
+       ``t`` in ``{1/4, 1/2, 3/4}``; two Gauss-Seidel sweeps over the subsystems
+       (``design_rounds`` rounds of targets);
+    3. with the ``P`` fixed, the gains again from the exact conditions: the matrices of
+       :func:`prove_subsystem` (S-procedure of (C1) on each mode's whole domain box,
+       sector multipliers free per mode), negative semidefinite, linear in the gains
+       and multipliers; per target the same row objective and cap on ``c_i``, times
+       ``1 + gain_margin``; the target with the best margin of (G) (as
+       :func:`~.certificates.gain_report` computes it, at the best ``lam_max``) wins
+       (``gain_rounds`` rounds of weights). Where no target admits gains
+       (``SwitchedReport.target_met = False``) the gains returned have ``c_i`` capped
+       at ``1 / w_max^2`` only: (G) fails, the subsystem conditions can be checked.
 
     The result is an ordinary :class:`~.certificates.Certificate` (``W_2 = 0``) for
     every mode; :func:`~.verify.verify_modes` proves it mode by mode (the
     S-procedure, then (G)). The linear-matrix-inequality synthesis of common
     quadratic Lyapunov functions for switched linear systems is standard (Boyd et al.,
-    1994, Ch. 5; Daafouz, Riedinger & Iung, IEEE TAC 2002); the decay bisection and the
-    per-subsystem gains are this library's choice.
+    1994, Ch. 5; Daafouz, Riedinger & Iung, IEEE TAC 2002); the sector polytope, the
+    targets of (G) and the per-subsystem design are this library's choices (a
+    heuristic: the joint problem over all ``P_i``, gains and weights is not convex).
 
     Raises:
       ValueError: a mode is not delay-free or not a ridge map, the modes do not share
@@ -647,70 +673,122 @@ def switched_certificate(
             A.value = M
         Dp.value = np.diag(D[i])
         lo, hi = 0.0, 1.0
-        if solve(1.0 - 1e-9) is None:
+        P_hi = solve(1.0 - 1e-9)
+        if P_hi is None:
             raise ValueError(f"subsystem {i}: its modes have no common quadratic Lyapunov "
                              "function (lam* >= 1)" + (" on the sector polytope: try "
                              "sector_vertices=False" if sector_vertices else ""))
         for _ in range(30):
             mid = 0.5 * (lo + hi)
-            lo, hi = (lo, mid) if solve(mid) is not None else (mid, hi)
+            P_mid = solve(mid)
+            if P_mid is not None:
+                hi, P_hi = mid, P_mid
+            else:
+                lo = mid
         lam_star[i] = hi
         decay[i] = hi + decay_slack * (1.0 - hi)
         Pi = solve(decay[i])
+        if Pi is None:  # a solver failure: the bisection's last feasible P
+            Pi, decay[i] = P_hi, hi
         Pi = 0.5 * (Pi + Pi.T)
         # The solver meets P >= D to its tolerance: shift to meet it exactly.
         short = -float(np.linalg.eigvalsh(Pi - np.diag(D[i]))[0])
         P[i] = Pi + (max(short, 0.0) + 1e-7 * float(np.trace(Pi))) * np.eye(n)
 
-    # 1b. Joint design: at the self gain a_i = decay_i^2, P_i with the neighbour and
+    # 1b. Joint design for a target (G): at a self gain a_i, P_i with its neighbour and
     # disturbance gains, V_i(A z + sum_k B_k z_k + E w) <= a_i V_i(z) + sum_k b_ik
     # V_jk(z_k) + c_i |w|^2 on every vertex map (a block LMI, linear in P_i, b_i, c_i
-    # with the neighbours' P fixed), minimising the weighted row of (G); Gauss-Seidel
-    # over the subsystems, the weights mu from the gain matrix after each sweep.
+    # with the neighbours' P fixed): for a target lam and weights mu, the row
+    # a_i + sum_k b_ik mu_jk / mu_i is minimised with c_i w^2 + eta <= (1 - lam) mu_i,
+    # over a few a_i; Gauss-Seidel over the subsystems. The target lam with the best
+    # margin of the check wins; the next round's mu are its weights.
     present = np.asarray(s0.neighbors) >= 0
     slot_cols = [sl[0] for sl in lay.slots]
-    a_fix = decay**2
-    mu = np.ones(N)
-    for _ in range(design_rounds):
-        b_d, c_d = np.zeros((N, K)), np.zeros(N)
-        for i in range(N):
-            ks = [k for k in range(K) if present[i, k]]
-            Pv = cp.Variable((n, n), symmetric=True)
-            bv = cp.Variable(len(ks), nonneg=True) if ks else None
-            cv = cp.Variable(nonneg=True)
-            sizes = [n] + [n] * len(ks) + [s0.n_w]
-            blocks = [a_fix[i] * Pv] + [bv[t] * P[nb[i, k]] for t, k in enumerate(ks)]
-            blocks.append(cv * np.eye(s0.n_w))
-            R = cp.bmat([[blocks[r] if r == q else np.zeros((sizes[r], sizes[q]))
-                          for q in range(len(sizes))] for r in range(len(sizes))])
-            cons = [Pv - np.diag(D[i]) >> 0]
-            for J in full[i]:
-                Jc = np.concatenate([J[:, lay.x]] + [J[:, slot_cols[k]] for k in ks]
-                                    + [J[:, lay.w]], 1)
-                M = Jc.T @ Pv @ Jc - R
-                cons.append(0.5 * (M + M.T) << 0)
-            obj = s0.w_max**2 / mu[i] * cv + 1e-6 * cp.trace(Pv)
-            if ks:
-                obj = obj + (mu[nb[i, ks]] / mu[i]) @ bv
-            prob_d = cp.Problem(cp.Minimize(obj), cons)
-            try:
-                _solve(prob_d, cp)
-            except cp.error.SolverError:
-                continue
-            if prob_d.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
-                continue  # keep the P_i of the decay program
-            Pi = 0.5 * (Pv.value + Pv.value.T)
-            short = -float(np.linalg.eigvalsh(Pi - np.diag(D[i]))[0])
-            P[i] = Pi + (max(short, 0.0) + 1e-7 * float(np.trace(Pi))) * np.eye(n)
-            if ks:
-                b_d[i, ks] = bv.value
-            c_d[i] = cv.value
-        G = np.diag(a_fix)
+    w2 = max(s0.w_max**2, 1e-30)
+
+    def gamma(a_, b_):
+        G = np.diag(a_)
         for i in range(N):
             for k in range(K):
                 if present[i, k]:
-                    G[i, nb[i, k]] += b_d[i, k]
-        mu = _levels(G, c_d * s0.w_max**2 + eta)[1]
+                    G[i, nb[i, k]] += b_[i, k]
+        return G
+
+    def design_one(i, Pcur, a_i, mu, cap):
+        ks = [k for k in range(K) if present[i, k]]
+        Pv = cp.Variable((n, n), symmetric=True)
+        bv = cp.Variable(len(ks), nonneg=True) if ks else None
+        cv = cp.Variable(nonneg=True)
+        sizes = [n] + [n] * len(ks) + [s0.n_w]
+        blocks = [a_i * Pv] + [bv[t] * Pcur[nb[i, k]] for t, k in enumerate(ks)]
+        blocks.append(cv * np.eye(s0.n_w))
+        R = cp.bmat([[blocks[r] if r == q else np.zeros((sizes[r], sizes[q]))
+                      for q in range(len(sizes))] for r in range(len(sizes))])
+        cons = [Pv - np.diag(D[i]) >> 0, cv <= cap]
+        for J in full[i]:
+            Jc = np.concatenate([J[:, lay.x]] + [J[:, slot_cols[k]] for k in ks]
+                                + [J[:, lay.w]], 1)
+            M = Jc.T @ Pv @ Jc - R
+            cons.append(0.5 * (M + M.T) << 0)
+        obj = 1e-6 * cp.trace(Pv)
+        if ks:
+            obj = obj + (mu[nb[i, ks]] / mu[i]) @ bv
+        prob_d = cp.Problem(cp.Minimize(obj), cons)
+        try:
+            _solve(prob_d, cp)
+        except cp.error.SolverError:
+            return None
+        if prob_d.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
+            return None
+        Pi = 0.5 * (Pv.value + Pv.value.T)
+        short = -float(np.linalg.eigvalsh(Pi - np.diag(D[i]))[0])
+        Pi = Pi + (max(short, 0.0) + 1e-7 * float(np.trace(Pi))) * np.eye(n)
+        bi = np.zeros(K)
+        if ks:
+            bi[ks] = np.maximum(bv.value, 0.0)
+        row = a_i + float(sum(mu[nb[i, k]] / mu[i] * bi[k] for k in ks))
+        return row, Pi, bi, max(float(cv.value), 0.0)
+
+    def design(lam, mu, P_start):
+        Pcur = P_start.copy()
+        a_d, b_d, c_d = decay**2, np.zeros((N, K)), np.zeros(N)
+        for _ in range(2):  # Gauss-Seidel sweeps
+            for i in range(N):
+                room = (1.0 - lam) * mu[i] - eta
+                if room <= 0:
+                    return None
+                best_i = None
+                for t in (0.25, 0.5, 0.75):
+                    a_i = (lam_star[i] + t * (1.0 - lam_star[i])) ** 2
+                    if a_i >= lam:
+                        continue
+                    r = design_one(i, Pcur, a_i, mu, room / w2)
+                    if r is not None and (best_i is None or r[0] < best_i[0]):
+                        best_i = (r[0], a_i) + r[1:]
+                if best_i is None:
+                    return None
+                _, a_d[i], Pcur[i], b_d[i], c_d[i] = best_i
+        margin, _ = _best_lam_max(gamma(a_d, b_d), c_d * s0.w_max**2 + eta)
+        return margin, Pcur, a_d.copy(), b_d, c_d
+
+    mu = np.ones(N)
+    lam_lo = float(np.max(lam_star**2))
+    best_d = None
+    for _ in range(design_rounds):
+        top = None
+        for lam in np.linspace(lam_lo + 0.1 * (1.0 - lam_lo), 0.995, lam_grid):
+            r = design(lam, mu, P)
+            if r is not None and (top is None or r[0] > top[0]):
+                top = r
+        if top is None:
+            break
+        if best_d is None or top[0] > best_d[0]:
+            best_d = top
+        _, s_b = _best_lam_max(gamma(top[2], top[3]), top[4] * s0.w_max**2 + eta)
+        v = np.linalg.solve(s_b * np.eye(N) - gamma(top[2], top[3]), np.ones(N))
+        mu = np.where(v > 0, v, 1e-3) / np.max(v)
+    if best_d is not None:
+        P = best_d[1]
     t_lyap = time.perf_counter() - t0
 
     # 2. Gains on each mode's whole local domain (the box of {V <= 1}: the final,
@@ -732,8 +810,8 @@ def switched_certificate(
         b = cp.Variable(K, nonneg=True) if K else None
         c = cp.Variable(nonneg=True)
         wb = cp.Parameter(K, nonneg=True) if K else None
-        wc = cp.Parameter(nonneg=True)
-        cons = []
+        ccap = cp.Parameter(nonneg=True)
+        cons = [c <= ccap]
         for pcs in pieces:
             pc = pcs[i]
             if isinstance(pc, str):
@@ -749,49 +827,64 @@ def switched_certificate(
             cons.append(0.5 * (H + H.T) << 0)
         if K and np.any(~present[i]):
             cons.append(b[np.flatnonzero(~present[i])] == 0)
-        obj = a + (wb @ b if K else 0.0) + wc * c
-        problems.append((cp.Problem(cp.Minimize(obj), cons), a, b, c, wb, wc))
-    # (G) asks lam = max_i (Gamma mu)_i / mu_i < 1 for weights mu: for fixed mu each
-    # subsystem's objective is its row, a_i + sum_k b_ik mu_jk / mu_i (+ its
-    # disturbance term); alternate with mu from the new Gamma (never worse).
-    best = None
+        obj = a + (wb @ b if K else 0.0)
+        problems.append((cp.Problem(cp.Minimize(obj), cons), a, b, c, wb, ccap))
+
+    # (G): rows a_i + sum_k b_ik mu_jk / mu_i <= lam and c_i w^2 + eta <= (1 - lam) mu_i.
+    # For a target lam and weights mu, each subsystem's gains are one semidefinite
+    # program (minimise the row with c capped); candidates are scored by the margin of
+    # the check itself (the weights of mu_weights at the best lam_max), and the next
+    # round's mu are the best candidate's.
+    best, met = None, False
     for _ in range(gain_rounds):
-        a_out, b_out, c_out = np.zeros(N), np.zeros((N, K)), np.zeros(N)
-        for i, (prob_g, a, b, c, wb, wc) in enumerate(problems):
-            if K:
-                wb.value = np.where(present[i], mu[np.maximum(nb[i], 0)] / mu[i], 0.0)
-            wc.value = s0.w_max**2 / mu[i]
-            _solve(prob_g, cp)
-            if prob_g.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
-                raise ValueError(f"subsystem {i}: the gain program is {prob_g.status}")
-            a_out[i] = max(float(a.value), 1e-6) * (1.0 + gain_margin)
-            if K:
-                b_out[i] = np.where(present[i], np.maximum(b.value, 0.0), 0.0) * (1.0 + gain_margin)
-            c_out[i] = max(float(c.value), 0.0) * (1.0 + gain_margin) + 1e-9
-        G = np.diag(a_out)
-        for i in range(N):
-            for k in range(K):
-                if present[i, k]:
-                    G[i, nb[i, k]] += b_out[i, k]
-        score, mu = _levels(G, c_out * s0.w_max**2 + eta)
-        if best is None or score < best[0]:
-            best = (score, a_out, b_out, c_out)
-    _, a_out, b_out, c_out = best
+        cands = []
+        lams = np.linspace(lam_lo + 0.1 * (1.0 - lam_lo), 0.995, lam_grid)
+        # The last target leaves c uncapped: gains to report when no target is met.
+        for lam in np.append(lams, np.nan):
+            gains_t, ok = [], True
+            for i, (prob_g, a, b, c, wb, ccap) in enumerate(problems):
+                room = (1.0 - lam) * mu[i] - eta if np.isfinite(lam) else 1.0
+                if room <= 0:
+                    ok = False
+                    break
+                if K:
+                    wb.value = np.where(present[i], mu[np.maximum(nb[i], 0)] / mu[i], 0.0)
+                ccap.value = room / w2 / (1.0 + gain_margin)
+                _solve(prob_g, cp)
+                if (prob_g.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE)
+                        or not np.all(np.isfinite([a.value, c.value]))
+                        or (K and not np.all(np.isfinite(b.value)))):
+                    ok = False
+                    break
+                bi = (np.where(present[i], np.maximum(b.value, 0.0), 0.0) if K
+                      else np.zeros(0))
+                gains_t.append((max(float(a.value), 1e-6), bi, max(float(c.value), 0.0)))
+            if ok:
+                a_t = np.array([g[0] for g in gains_t]) * (1.0 + gain_margin)
+                b_t = np.stack([g[1] for g in gains_t]) * (1.0 + gain_margin)
+                c_t = np.array([g[2] for g in gains_t]) * (1.0 + gain_margin) + 1e-9
+                margin, s_best = _best_lam_max(gamma(a_t, b_t), c_t * s0.w_max**2 + eta)
+                cands.append((margin, s_best, a_t, b_t, c_t))
+                met |= bool(np.isfinite(lam))
+        if not cands:
+            break
+        top = max(cands, key=lambda t: t[0])
+        if best is None or top[0] > best[0]:
+            best = top
+        v = np.linalg.solve(top[1] * np.eye(N) - gamma(top[2], top[3]), np.ones(N))
+        mu = np.where(v > 0, v, 1e-3) / np.max(v)
     t_gain = time.perf_counter() - t0
-    G = np.diag(a_out)
-    for i in range(N):
-        for k in range(K):
-            if present[i, k]:
-                G[i, nb[i, k]] += b_out[i, k]
+    if best is None:
+        raise ValueError(f"no gains meet (G) for any target lam with these P (decay rates "
+                         f"{decay}): try another decay_slack")
+    _, s_best, a_out, b_out, c_out = best
     if lam_max is None:
-        # The certificate's lam_max sets the weights mu = (lam_max I - Gamma)^{-1} 1 of
-        # (G): pick the one with the largest worst invariance margin.
-        lam_max = _best_lam_max(G, c_out * s0.w_max**2 + eta)
+        lam_max = s_best
     if np.any(a_out >= lam_max):
         raise ValueError(f"the self gains {a_out} reach lam_max = {lam_max} (decay rates "
                          f"{decay}): no certificate with these P (lower decay_slack)")
     cert = ct.quadratic_certificate(s0, P, a_out, b_out, c_out, eta=eta, lam_max=lam_max)
-    return cert, reach, SwitchedReport(lam_star, decay, t_lyap, t_gain)
+    return cert, reach, SwitchedReport(lam_star, decay, t_lyap, t_gain, bool(met))
 
 
 def cauchy_schwarz_certificate(system: InterconnectedSystem, gain_scale: float = 1.05,

@@ -65,6 +65,7 @@ import numpy as np
 import scipy.optimize
 
 from jaxsci.common import bounds as bd
+from jaxsci.core.validation import check_int
 from jaxsci.dynamics.lyapunov import certificates as ct
 from jaxsci.dynamics.lyapunov.systems import InterconnectedSystem, input_layout, local_programs
 
@@ -447,16 +448,16 @@ class SwitchedReport(NamedTuple):
     """What :func:`switched_certificate` found, per subsystem: the smallest common
     decay rate ``lam_star`` of the linearised modes (``A_m^T P A_m <= lam^2 P`` for
     every mode ``m``), the rate ``decay`` its ``P`` was solved at, and the seconds
-    spent in the two kinds of semidefinite programs. ``target_met = False``: no target
-    ``lam`` admitted gains within the invariance room of (G), and the gains returned
-    are those with ``c_i`` capped at ``1 / w_max^2`` only (certain to fail (G)), so that
-    the subsystem conditions can still be checked."""
+    spent in the two kinds of semidefinite programs. ``target_met = False``: the gains
+    returned are those with ``c_i`` capped at ``1 / w_max^2`` only (no target ``lam``
+    admitted gains within the invariance room of (G), or none did better), certain to
+    fail (G), so that the subsystem conditions can still be checked."""
 
     lam_star: np.ndarray
     decay: np.ndarray
     lyapunov_seconds: float
     gain_seconds: float
-    target_met: bool  # some target lam admitted gains with c_i w^2 + eta <= (1 - lam) mu_i
+    target_met: bool  # the gains returned came from a target lam (c_i within its room)
 
 
 def _cvxpy():
@@ -505,21 +506,18 @@ def _vertex_maps(prog_i, m, lower, upper, vertices):
     return out
 
 
-def _levels(G, e):
-    """``(score, mu)``: the smallest levels with ``Gamma mu + e <= mu`` are
-    ``mu* = (I - Gamma)^{-1} e`` (when ``rho(Gamma) < 1``); (G) needs them inside the
-    unit level, so ``score = max mu*`` (``< 1``: room) and ``mu = mu* / max mu*`` are
-    the weights the next round's gain objective uses. With ``rho >= 1``: ``1 + rho`` and
-    the Collatz-Wielandt weights just above ``rho``."""
-    N = G.shape[0]
-    rad = float(np.max(np.abs(np.linalg.eigvals(G))))
-    if rad < 1.0:
-        v = np.linalg.solve(np.eye(N) - G, e)
-        if np.all(v > 0):
-            return float(v.max()), v / v.max()
-    v = np.linalg.solve((rad * 1.01 + 1e-3) * np.eye(N) - G, np.ones(N))
-    v = np.where(v > 0, v, 1e-3)
-    return 1.0 + rad, v / v.max()
+def _at_least(Pi, Dd):
+    """The solver meets ``P >= D`` to its tolerance: symmetrise and shift to meet it
+    exactly (plus ``1e-7 trace P``)."""
+    Pi = 0.5 * (Pi + Pi.T)
+    short = -float(np.linalg.eigvalsh(Pi - Dd)[0])
+    return Pi + (max(short, 0.0) + 1e-7 * float(np.trace(Pi))) * np.eye(Pi.shape[0])
+
+
+def _recipe_mu(G, s):
+    """The weights :func:`~.certificates.mu_weights` gives at ``lam_max = s``."""
+    v = np.linalg.solve(s * np.eye(G.shape[0]) - G, np.ones(G.shape[0]))
+    return np.where(v > 0, v, 1e-3) / np.max(v)
 
 
 def _best_lam_max(G, need):
@@ -618,6 +616,9 @@ def switched_certificate(
     for name, v in (("decay_slack", decay_slack), ("gain_margin", gain_margin)):
         if not 0.0 <= float(v) < 1.0:
             raise ValueError(f"{name} must lie in [0, 1), got {v}")
+    for name, v in (("gain_rounds", gain_rounds), ("lam_grid", lam_grid),
+                    ("design_rounds", design_rounds)):
+        check_int(name, v, min=1)
     N, n, K = s0.n_sub, s0.n, s0.K
     lay = input_layout(s0)
     D = 1.0 / np.square(np.asarray(s0.state_box, np.float64))
@@ -690,10 +691,7 @@ def switched_certificate(
         Pi = solve(decay[i])
         if Pi is None:  # a solver failure: the bisection's last feasible P
             Pi, decay[i] = P_hi, hi
-        Pi = 0.5 * (Pi + Pi.T)
-        # The solver meets P >= D to its tolerance: shift to meet it exactly.
-        short = -float(np.linalg.eigvalsh(Pi - np.diag(D[i]))[0])
-        P[i] = Pi + (max(short, 0.0) + 1e-7 * float(np.trace(Pi))) * np.eye(n)
+        P[i] = _at_least(Pi, np.diag(D[i]))
 
     # 1b. Joint design for a target (G): at a self gain a_i, P_i with its neighbour and
     # disturbance gains, V_i(A z + sum_k B_k z_k + E w) <= a_i V_i(z) + sum_k b_ik
@@ -740,9 +738,7 @@ def switched_certificate(
             return None
         if prob_d.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
             return None
-        Pi = 0.5 * (Pv.value + Pv.value.T)
-        short = -float(np.linalg.eigvalsh(Pi - np.diag(D[i]))[0])
-        Pi = Pi + (max(short, 0.0) + 1e-7 * float(np.trace(Pi))) * np.eye(n)
+        Pi = _at_least(Pv.value, np.diag(D[i]))
         bi = np.zeros(K)
         if ks:
             bi[ks] = np.maximum(bv.value, 0.0)
@@ -785,8 +781,7 @@ def switched_certificate(
         if best_d is None or top[0] > best_d[0]:
             best_d = top
         _, s_b = _best_lam_max(gamma(top[2], top[3]), top[4] * s0.w_max**2 + eta)
-        v = np.linalg.solve(s_b * np.eye(N) - gamma(top[2], top[3]), np.ones(N))
-        mu = np.where(v > 0, v, 1e-3) / np.max(v)
+        mu = _recipe_mu(gamma(top[2], top[3]), s_b)
     if best_d is not None:
         P = best_d[1]
     t_lyap = time.perf_counter() - t0
@@ -835,7 +830,7 @@ def switched_certificate(
     # program (minimise the row with c capped); candidates are scored by the margin of
     # the check itself (the weights of mu_weights at the best lam_max), and the next
     # round's mu are the best candidate's.
-    best, met = None, False
+    best = None
     for _ in range(gain_rounds):
         cands = []
         lams = np.linspace(lam_lo + 0.1 * (1.0 - lam_lo), 0.995, lam_grid)
@@ -864,20 +859,18 @@ def switched_certificate(
                 b_t = np.stack([g[1] for g in gains_t]) * (1.0 + gain_margin)
                 c_t = np.array([g[2] for g in gains_t]) * (1.0 + gain_margin) + 1e-9
                 margin, s_best = _best_lam_max(gamma(a_t, b_t), c_t * s0.w_max**2 + eta)
-                cands.append((margin, s_best, a_t, b_t, c_t))
-                met |= bool(np.isfinite(lam))
+                cands.append((margin, s_best, a_t, b_t, c_t, bool(np.isfinite(lam))))
         if not cands:
             break
         top = max(cands, key=lambda t: t[0])
         if best is None or top[0] > best[0]:
             best = top
-        v = np.linalg.solve(top[1] * np.eye(N) - gamma(top[2], top[3]), np.ones(N))
-        mu = np.where(v > 0, v, 1e-3) / np.max(v)
+        mu = _recipe_mu(gamma(top[2], top[3]), top[1])
     t_gain = time.perf_counter() - t0
     if best is None:
         raise ValueError(f"no gains meet (G) for any target lam with these P (decay rates "
                          f"{decay}): try another decay_slack")
-    _, s_best, a_out, b_out, c_out = best
+    _, s_best, a_out, b_out, c_out, met = best
     if lam_max is None:
         lam_max = s_best
     if np.any(a_out >= lam_max):

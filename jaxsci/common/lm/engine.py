@@ -78,6 +78,17 @@ __all__ = ["Engine", "Completion", "Delta", "bucket", "MIN_BUCKET"]
 
 MIN_BUCKET = 16
 
+# The whole-prompt programs (scoring, hidden states, the forward pass: the blocks in one
+# ``lax.scan``) compile in a fraction of a second and then run a 135M-parameter model, so
+# they compile at XLA's default backend optimisation (level 3) even where the process
+# asks for less (the test suite sets level 0 in ``XLA_FLAGS`` for its many small
+# compiles; textresnet's smoke run: 28 s with them at level 0, 19 s at level 3). The
+# decoding programs unroll the 30 blocks and compile ~2.8x slower at level 3 (23 s
+# against 8 s for the chat tests' eight step programs), so they follow the process's
+# setting. The mirror image of lyapunov's ``FAST_COMPILE``; these helpers are only
+# called at the top level (``compiler_options`` is refused on a nested jit).
+RUN_BOUND = {"xla_backend_optimization_level": 3}
+
 
 class Completion(NamedTuple):
     """One generated continuation.
@@ -339,7 +350,7 @@ class _Stepper:
         return np.asarray(tok)
 
 
-@functools.partial(jax.jit, static_argnames=("n_cont",))
+@functools.partial(jax.jit, compiler_options=RUN_BOUND, static_argnames=("n_cont",))
 def _score(graphdef, state, blocks, tokens, prefix_len, cont_len, *, n_cont):
     model = nnx.merge(graphdef, state)
     t = tokens.shape[1]
@@ -354,7 +365,7 @@ def _score(graphdef, state, blocks, tokens, prefix_len, cont_len, *, n_cont):
     return jnp.sum(jnp.where(mask, lp, 0.0), axis=-1)
 
 
-@jax.jit
+@functools.partial(jax.jit, compiler_options=RUN_BOUND)
 def _prefix_cache(graphdef, state, blocks, prefix, prefix_len):
     """The prefix (one row, right-padded to its bucket) run into a cache of as many slots,
     and the features at its last real position (they predict the first continuation
@@ -368,7 +379,7 @@ def _prefix_cache(graphdef, state, blocks, prefix, prefix_len):
     return h[0, prefix_len - 1], cache
 
 
-@functools.partial(jax.jit, static_argnames=("n_cont",))
+@functools.partial(jax.jit, compiler_options=RUN_BOUND, static_argnames=("n_cont",))
 def _score_after(graphdef, state, blocks, last, cache, prefix_len, conts, cont_len, *,
                  n_cont):
     """Summed log-probabilities of the continuation rows after a cached prefix. Each row
@@ -396,14 +407,14 @@ def _score_after(graphdef, state, blocks, last, cache, prefix_len, conts, cont_l
 _SCORE_CACHE_BYTES = 1 << 29
 
 
-@jax.jit
+@functools.partial(jax.jit, compiler_options=RUN_BOUND)
 def _forward(graphdef, state, blocks, tokens, lengths):
     model = nnx.merge(graphdef, state)
     h, _, _ = model.scan_features(blocks, tokens, return_cache=False)
     return model.logits(h[jnp.arange(tokens.shape[0]), lengths - 1])
 
 
-@functools.partial(jax.jit, static_argnames=("layers",))
+@functools.partial(jax.jit, compiler_options=RUN_BOUND, static_argnames=("layers",))
 def _hidden(graphdef, state, blocks, tokens, *, layers):
     # Only the blocks up to the deepest layer asked for run (no head).
     model = nnx.merge(graphdef, state)

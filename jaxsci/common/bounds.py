@@ -367,13 +367,20 @@ def _affine_interval(layer: Layer, lo, hi, u):
     (``gamma_n`` for each product, the bias, the two final additions, with room), with
     ``|W| |c| <= rowsum(|W|) max|c|``: a third matrix product would cost as much as
     the bound itself, and the pad is ``O(n u)``.
+
+    The products are written with the box on the left (``c W^T``, not ``W c``): vmapped
+    over boxes, that is one ``(boxes, n) x (n, m)`` matrix product whose result is
+    already in row order; ``W c`` batched on its right operand was XLA's slow path on
+    CPU (likely a transposed result copied per layer; IBP took 1.3-1.9x longer on the
+    benchmark's two larger networks, ``scripts/bench/lyapunov.py``). The same holds for
+    the pads' matrix-vector products in CROWN's backward pass below.
     """
     W = layer.W
     aW = jnp.abs(W)
     c = 0.5 * (lo + hi)
     r = 0.5 * (hi - lo) * (1.0 + 4.0 * u) + 2.0 * u * jnp.abs(c)
-    zc = _mm(W, c) + layer.b
-    zr = _mm(aW, r)
+    zc = _mm(c, W.T) + layer.b
+    zr = _mm(r, aW.T)
     cmax = jnp.max(jnp.abs(c), axis=-1, keepdims=True)
     n = W.shape[-1]
     mag = jnp.sum(aW, -1) * cmax + jnp.abs(layer.b) + zr * (1.0 + 2.0 * _gamma(n, u))
@@ -559,7 +566,7 @@ def _backward_upper(Lam, k, program, rel, pre, post, lower, upper, u):
     const = _mm(Lam, layer.b)
     cabs = _mm(jnp.abs(Lam), jnp.abs(layer.b))
     A = _mm(Lam, layer.W)
-    err = _gamma(layer.W.shape[-1], u) * _mm(jnp.abs(Lam), _mm(jnp.abs(layer.W), hmax_prev))
+    err = _gamma(layer.W.shape[-1], u) * _mm(jnp.abs(Lam), _mm(hmax_prev, jnp.abs(layer.W).T))
     n_terms = 2
     for j in range(k - 1, -1, -1):
         al, bl, au, bu = rel[j]
@@ -570,7 +577,7 @@ def _backward_upper(Lam, k, program, rel, pre, post, lower, upper, u):
         W, b = layers[j].W, layers[j].b
         hmax = xmax if j == 0 else _absmax(*post[j - 1])
         anu = jnp.abs(nu)
-        pad = 2.0 * u * _absmax(*pre[j]) + _gamma(W.shape[-1], u) * _mm(jnp.abs(W), hmax)
+        pad = 2.0 * u * _absmax(*pre[j]) + _gamma(W.shape[-1], u) * _mm(hmax, jnp.abs(W).T)
         const = const + jnp.sum(t, -1) + _mm(nu, b)
         cabs = cabs + sat + jnp.sum(anu * jnp.abs(b), -1)
         err = err + 2.0 * u * sat + jnp.sum(anu * pad, -1)
@@ -602,8 +609,8 @@ def _crown_layers(program, lower, upper, u, intermediate):
             ub, _ = _backward_upper(jnp.concatenate([Ej, -Ej], 0), k, program, rel, pre, post,
                                     lower, upper, u)
             m = E.shape[0]
-            up = _mm(Ej.T, ub[:m])
-            dn = _mm(Ej.T, -ub[m:])
+            up = _mm(ub[:m], Ej)
+            dn = _mm(-ub[m:], Ej)
             zl = jnp.where(mask, jnp.maximum(zl, dn), zl)
             zu = jnp.where(mask, jnp.minimum(zu, up), zu)
         pre.append((zl, zu))

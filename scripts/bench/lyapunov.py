@@ -9,9 +9,10 @@ adaptive 0/1 lower slope, intermediate bounds by CROWN -- batched over boxes, no
 rounding pads). Both run the same networks (weights copied) on the same boxes.
 
 Reported per network: time per batch of boxes (jaxsci after warm-up, compile time
-separate; torch after warm-up), the ratio, and tightness: mean bound width over the
-sampled output range (1.0 = exact), and the largest gap between the two libraries'
-CROWN upper bounds (ours add outward rounding pads and intersect with IBP).
+separate; torch after warm-up; fast rows average back-to-back calls, see ``per_call``),
+the ratio, and tightness: mean bound width over the sampled output range (1.0 =
+exact), and the largest gap between the two libraries' CROWN upper bounds (ours add
+outward rounding pads and intersect with IBP).
 
     python scripts/bench/lyapunov.py [--boxes 1024] [--repeats 5]
 """
@@ -101,6 +102,22 @@ def torch_bounds(Ws, bs, lo, hi, method):
 # --------------------------------------------------------------------------- main
 
 
+def per_call(fn, repeats, min_s=0.05):
+    """Median over ``repeats`` of the mean time of ``k`` back-to-back calls, ``k`` chosen
+    so that one repeat lasts at least ``min_s`` (sub-millisecond rows are otherwise
+    timer and scheduler noise: the 4-32-32-1 IBP row moved 0.98-1.47x between runs)."""
+    t0 = time.perf_counter()
+    fn()
+    k = max(1, int(min_s / max(time.perf_counter() - t0, 1e-6)))
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(k):
+            fn()
+        times.append((time.perf_counter() - t0) / k)
+    return float(np.median(times))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--boxes", type=int, default=1024)
@@ -137,19 +154,11 @@ def main():
             t0 = time.perf_counter()
             jl, jh = jax.block_until_ready(f(lo, hi))
             compile_s = time.perf_counter() - t0
-            times = []
-            for _ in range(args.repeats):
-                t0 = time.perf_counter()
-                jax.block_until_ready(f(lo, hi))
-                times.append(time.perf_counter() - t0)
-            t_jax = float(np.median(times))
-            torch_bounds(Ws, bs, tlo, thi, method)  # warm-up
-            times = []
-            for _ in range(args.repeats):
-                t0 = time.perf_counter()
-                tl, th = torch_bounds(Ws, bs, tlo, thi, method)
-                times.append(time.perf_counter() - t0)
-            t_torch = float(np.median(times))
+            t_jax = per_call(lambda f=f, a=lo, b=hi: jax.block_until_ready(f(a, b)), args.repeats)
+            tl, th = torch_bounds(Ws, bs, tlo, thi, method)  # warm-up
+            t_torch = per_call(
+                lambda W=Ws, b=bs, a=tlo, c=thi, m=method: torch_bounds(W, b, a, c, m),
+                args.repeats)
             w_j = np.asarray(jh - jl)[:, 0]
             w_t = (th - tl).numpy()[:, 0]
             gap = float(np.max(np.abs(np.asarray(jh)[:, 0] - th.numpy()[:, 0])))

@@ -73,7 +73,6 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, Int
 
-from jaxsci.common.lm.engine import RUN_BOUND
 from jaxsci.common.lm.llama import Llama, grouped_attention
 from jaxsci.common.lm.model import rope
 from jaxsci.core.train import TrainConfig, fit
@@ -192,7 +191,7 @@ def frozen_stream(model: Llama, tokens: Int[Array, "b t"], n_top: int) -> Float[
                   model.config.n_layers - n_top)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 3), compiler_options=RUN_BOUND)
+@functools.partial(jax.jit, static_argnums=(0, 3))
 def _lower(graphdef, state, tokens, n_lower):
     from flax import nnx
 

@@ -82,11 +82,13 @@ MIN_BUCKET = 16
 # ``lax.scan``) compile in a fraction of a second and then run a 135M-parameter model, so
 # they compile at XLA's default backend optimisation (level 3) even where the process
 # asks for less (the test suite sets level 0 in ``XLA_FLAGS`` for its many small
-# compiles; textresnet's smoke run: 28 s with them at level 0, 19 s at level 3). The
-# decoding programs unroll the 30 blocks and compile ~2.8x slower at level 3 (23 s
-# against 8 s for the chat tests' eight step programs), so they follow the process's
-# setting. The mirror image of lyapunov's ``FAST_COMPILE``; these helpers are only
-# called at the top level (``compiler_options`` is refused on a nested jit).
+# compiles; ``scripts/diagnose/smoke_profile.py``, one core: textresnet's smoke run
+# 22.6 s with them at level 0, 17.2 s at level 3; pse's 20.7 s and 15.7 s). The
+# decoding programs unroll the 30 blocks and compile ~2.8x slower at level 3 (the eight
+# step programs of tests/common/test_{llama,chat,tools}.py, ``JAX_LOG_COMPILES=1``, one
+# process: 23 s against 8 s), so they follow the process's setting. The mirror image
+# of lyapunov's ``FAST_COMPILE``; these helpers are only called at the top level
+# (``compiler_options`` is refused on a nested jit).
 RUN_BOUND = {"xla_backend_optimization_level": 3}
 
 

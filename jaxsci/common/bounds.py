@@ -379,8 +379,8 @@ def _affine_interval(layer: Layer, lo, hi, u):
     aW = jnp.abs(W)
     c = 0.5 * (lo + hi)
     r = 0.5 * (hi - lo) * (1.0 + 4.0 * u) + 2.0 * u * jnp.abs(c)
-    zc = _mm(c, W.T) + layer.b
-    zr = _mm(r, aW.T)
+    zc = _mm(c, W.mT) + layer.b
+    zr = _mm(r, aW.mT)
     cmax = jnp.max(jnp.abs(c), axis=-1, keepdims=True)
     n = W.shape[-1]
     mag = jnp.sum(aW, -1) * cmax + jnp.abs(layer.b) + zr * (1.0 + 2.0 * _gamma(n, u))
@@ -566,7 +566,7 @@ def _backward_upper(Lam, k, program, rel, pre, post, lower, upper, u):
     const = _mm(Lam, layer.b)
     cabs = _mm(jnp.abs(Lam), jnp.abs(layer.b))
     A = _mm(Lam, layer.W)
-    err = _gamma(layer.W.shape[-1], u) * _mm(jnp.abs(Lam), _mm(hmax_prev, jnp.abs(layer.W).T))
+    err = _gamma(layer.W.shape[-1], u) * _mm(jnp.abs(Lam), _mm(hmax_prev, jnp.abs(layer.W).mT))
     n_terms = 2
     for j in range(k - 1, -1, -1):
         al, bl, au, bu = rel[j]
@@ -577,7 +577,7 @@ def _backward_upper(Lam, k, program, rel, pre, post, lower, upper, u):
         W, b = layers[j].W, layers[j].b
         hmax = xmax if j == 0 else _absmax(*post[j - 1])
         anu = jnp.abs(nu)
-        pad = 2.0 * u * _absmax(*pre[j]) + _gamma(W.shape[-1], u) * _mm(hmax, jnp.abs(W).T)
+        pad = 2.0 * u * _absmax(*pre[j]) + _gamma(W.shape[-1], u) * _mm(hmax, jnp.abs(W).mT)
         const = const + jnp.sum(t, -1) + _mm(nu, b)
         cabs = cabs + sat + jnp.sum(anu * jnp.abs(b), -1)
         err = err + 2.0 * u * sat + jnp.sum(anu * pad, -1)

@@ -370,10 +370,11 @@ def _affine_interval(layer: Layer, lo, hi, u):
 
     The products are written with the box on the left (``c W^T``, not ``W c``): vmapped
     over boxes, that is one ``(boxes, n) x (n, m)`` matrix product whose result is
-    already in row order; ``W c`` batched on its right operand was XLA's slow path on
-    CPU (likely a transposed result copied per layer; IBP took 1.3-1.9x longer on the
-    benchmark's two larger networks, ``scripts/bench/lyapunov.py``). The same holds for
-    the pads' matrix-vector products in CROWN's backward pass below.
+    already in row order. With ``W c`` (batched on its right operand) XLA's CPU program
+    for this function was 1.3-1.9x slower on the benchmark's two larger networks
+    (``scripts/bench/lyapunov.py``; why was not profiled: the product's result layout
+    and its fusion with the pads are the likely place). The pads' matrix-vector
+    products in CROWN's backward pass below are written the same way.
     """
     W = layer.W
     aW = jnp.abs(W)

@@ -515,7 +515,10 @@ def _at_least(Pi, Dd):
 
 
 def _recipe_mu(G, s):
-    """The weights :func:`~.certificates.mu_weights` gives at ``lam_max = s``."""
+    """The recipe of :func:`~.certificates.mu_weights` at ``lam_max = s``, in float64
+    NumPy, with non-positive entries clipped one by one (``mu_weights`` then falls back
+    to uniform tiny weights): a search direction for the next round, not the check's
+    weights (the check recomputes those with ``mu_weights``)."""
     v = np.linalg.solve(s * np.eye(G.shape[0]) - G, np.ones(G.shape[0]))
     return np.where(v > 0, v, 1e-3) / np.max(v)
 

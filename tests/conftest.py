@@ -236,6 +236,42 @@ def assert_finite_metrics():
 BUDGET_UNIT_S = 15.0  # unit + smoke + property tests, per method
 BUDGET_REPRODUCE_S = 240.0  # the quick trend test(s), per method
 _TIMES: dict = defaultdict(lambda: [0.0, 0.0])
+# JAXSCI_TEST_COMPILE_STATS=1: also how much of each method's unit time went to tracing,
+# lowering and XLA compiling, and how many programs it compiled (jax.monitoring events,
+# summed per test in this process; with xdist each worker reports its own methods).
+_COMPILE_STATS = os.environ.get("JAXSCI_TEST_COMPILE_STATS", "0") == "1"
+_COMPILE_EVENTS = {"/jax/core/compile/jaxpr_trace_duration": 0,
+                   "/jax/core/compile/jaxpr_to_mlir_module_duration": 1,
+                   "/jax/core/compile/backend_compile_duration": 2}
+_NOW = [0.0, 0.0, 0.0, 0]  # trace, lower, compile seconds, compiles: running totals
+_COMPILE: dict = defaultdict(lambda: [0.0, 0.0, 0.0, 0])
+
+
+def _on_compile_event(event: str, duration: float, **kwargs) -> None:
+    slot = _COMPILE_EVENTS.get(event)
+    if slot is not None:
+        _NOW[slot] += duration
+        if slot == 2:
+            _NOW[3] += 1
+
+
+if _COMPILE_STATS:
+    jax.monitoring.register_event_duration_secs_listener(_on_compile_event)
+
+
+_LAST = [0.0, 0.0, 0.0, 0]  # the running totals at the last report of this process
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each setup/call/teardown report carries the compile time spent since the previous
+    report of this process (pytest-xdist sends ``user_properties`` to the controller)."""
+    report = yield
+    if _COMPILE_STATS:
+        delta = [a - b for a, b in zip(_NOW, _LAST, strict=True)]
+        report.user_properties.append(("jaxsci_compile", delta))
+        _LAST[:] = _NOW
+    return report
 
 
 def _method_of(nodeid: str):
@@ -279,6 +315,10 @@ def pytest_runtest_logreport(report):
         return
     slot = 1 if "reproduce" in report.keywords else 0
     _TIMES[method][slot] += report.duration
+    for name, value in report.user_properties:
+        if name == "jaxsci_compile" and slot == 0:
+            for i in range(4):
+                _COMPILE[method][i] += value[i]
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -293,6 +333,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             flag = "  OVER 2x BUDGET"
             over.append(method)
         tr.write_line(f"{method:<20} unit+smoke {unit:7.1f} s   reproduce {repro:7.1f} s{flag}")
+    if _COMPILE:
+        tr.section("unit+smoke time in tracing / lowering / XLA compiling, per method "
+                   "(JAXSCI_TEST_COMPILE_STATS=1)")
+        for method, (t, lo, co, n) in sorted(_COMPILE.items()):
+            tr.write_line(f"{method:<20} trace {t:6.1f} s  lower {lo:6.1f} s  compile "
+                          f"{co:6.1f} s  programs {n:5d}")
     if over and os.environ.get("JAXSCI_ENFORCE_BUDGET", "0") == "1":
         tr.write_line(f"FAILED: methods over twice their test budget: {over}")
         if tr._session.exitstatus == 0:

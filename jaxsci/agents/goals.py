@@ -66,6 +66,7 @@ import numpy as np
 import optax
 
 from jaxsci.common.blocks import PreNormBlock
+from jaxsci.common.lm.engine import RUN_BOUND
 from jaxsci.core.validation import check_int, check_key, check_scalar
 from jaxsci.data import gridworld as gw
 
@@ -325,7 +326,7 @@ def score_actions(chat, grids: gw.Grid, symbols: gw.Symbols = gw.SYMBOLS) -> np.
                                 np.float32) for g in _unbatch(grids)])
 
 
-@functools.partial(jax.jit, static_argnames=("layers",))
+@functools.partial(jax.jit, compiler_options=RUN_BOUND, static_argnames=("layers",))
 def _llm_forward(graphdef, state, blocks, tokens, last, option_ids, *, layers):
     from flax import nnx
 

@@ -70,6 +70,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from jaxsci.common.lm.engine import RUN_BOUND
 from jaxsci.core.validation import check_int, check_key, check_scalar
 from jaxsci.data import routing_tasks as RT
 
@@ -244,7 +245,8 @@ _BATCH = 32
 _BUCKETS = (48, 64, 96, 128, 192, 256)
 
 
-@functools.partial(jax.jit, static_argnames=("layers", "pool_layer", "n_cont"))
+@functools.partial(jax.jit, compiler_options=RUN_BOUND,
+                   static_argnames=("layers", "pool_layer", "n_cont"))
 def _readout(graphdef, state, blocks, tokens, lengths, first_ids, rest, rest_len, *, layers,
              pool_layer, n_cont):
     # The blocks as a lax.scan over their stacked weights (Llama.scan_features): one

@@ -144,7 +144,7 @@ class MisalignmentConfig:
 QUICK_METHODS = ("none", "kl")
 
 CONFIGS = {
-    "smoke": MisalignmentConfig(steps=2, batch_size=2, pool_tokens=8, n_generate=0,
+    "smoke": MisalignmentConfig(steps=1, batch_size=2, pool_tokens=8, n_generate=0,
                                 n_boot=20, subsample=2),
     "quick": MisalignmentConfig(methods=QUICK_METHODS, benign_methods=()),
     # full (not run here): four trained blocks, the same 5-10 epochs, the strength sweeps

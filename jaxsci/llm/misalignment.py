@@ -476,8 +476,10 @@ def finetune(key: jax.Array, frozen: Frozen, config: LoraConfig, data: Sequences
         losses, parts = jax.vmap(one)(p, s, jax.random.split(k, n_runs))
         return jnp.sum(losses), (losses, parts)
 
+    # a tenth of the steps warm up (none for a one-step fine-tune, which optax's
+    # schedule refuses with a warm-up as long as the run)
     opt = optax.adamw(optax.warmup_cosine_decay_schedule(
-        0.0, learning_rate, max(1, steps // 10), steps, 0.1 * learning_rate),
+        0.0, learning_rate, min(max(1, steps // 10), steps - 1), steps, 0.1 * learning_rate),
         weight_decay=0.0)
     s = Safeguards(*(None if x is None else jnp.asarray(x, jnp.float32)
                      for x in safeguards))  # pool_weights may be None without a pool

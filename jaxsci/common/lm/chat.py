@@ -95,7 +95,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jaxsci.common.lm.engine import Engine, bucket
+from jaxsci.common.lm.engine import RUN_BOUND, Engine, bucket
 from jaxsci.common.lm.grammar import (
     Grammar,
     TokenIndex,
@@ -448,7 +448,7 @@ def _sampling_key(seed: int | None, temperature: float) -> jax.Array | None:
 # ----------------------------------------------------------------- per-token log-probabilities
 
 
-@functools.partial(jax.jit, static_argnames=("k",))
+@functools.partial(jax.jit, compiler_options=RUN_BOUND, static_argnames=("k",))
 def _logprobs(graphdef, state, blocks, tokens, *, k):
     """Log-probability of each next token of ``tokens`` and the ``k`` most likely ones."""
     model = nnx.merge(graphdef, state)

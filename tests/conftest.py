@@ -2,20 +2,16 @@
 per-session persistent XLA compilation cache, shared smoke runs and per-method test times.
 
 **Compilation cache.** Every run starts with an empty cache in a fresh temporary folder
-(removed at the end), so the budget's "cold cache" holds. The pytest-xdist workers and
-the trend runs' subprocesses share it: a program one process compiled (SmolLM2's
-decoding and scoring programs at the shapes several agent experiments use, a method's
-programs after :func:`pytest_runtest_teardown` dropped them) is loaded by the others,
-not compiled again. JAX writes cache entries without a lock unless the cache has a size
-limit, so it gets one (``jax_compilation_cache_max_size``, 8 GiB, never reached by a
-run): reads and writes then hold a ``filelock`` lock on the folder. Within the run, a
-program whose HLO was compiled once is loaded, not compiled again: the experiments build
-one ``jax.jit`` per training call, and the second data set's steps of the same shapes
-(koopman's wave and Navier-Stokes runs, the masked run, ...) are then cache hits. JAX
-never writes programs with host callbacks (``equinox.error_if`` checks, ``jax.debug``)
-to the cache (``jax/_src/compiler.py``: "Not writing persistent cache entry ... because
-it uses host callbacks"), so a loaded executable never refers to another process's
-callback. ``JAXSCI_TEST_JAX_CACHE=0``
+(removed at the end), one sub-folder per pytest-xdist worker, so the budget's "cold
+cache" holds and two processes never write the same folder at once (JAX writes entries
+without a lock; a worker's trend-run subprocess uses the worker's folder while the
+worker waits for it). Within the run, a program whose HLO was compiled once is loaded,
+not compiled again: the experiments build one ``jax.jit`` per training call, and the
+second data set's steps of the same shapes (koopman's wave and Navier-Stokes runs, the
+masked run, ...) are then cache hits. JAX never writes programs with host callbacks
+(``equinox.error_if`` checks, ``jax.debug``) to the cache (``jax/_src/compiler.py``:
+"Not writing persistent cache entry ... because it uses host callbacks"), so a loaded
+executable never refers to another process's callback. ``JAXSCI_TEST_JAX_CACHE=0``
 turns the cache off; ``JAXSCI_TEST_JAX_CACHE=DIR`` keeps it in ``DIR`` across runs
 (warm: for local iteration only, not for budget measurements).
 
@@ -69,20 +65,19 @@ from pathlib import Path
 
 
 def _cache_folder():
-    """The run's compilation-cache folder (shared by its processes), or None when the
-    cache is off."""
+    """This process's compilation-cache folder, or None when the cache is off."""
     chosen = os.environ.get("JAXSCI_TEST_JAX_CACHE", "")
     if chosen == "0":
         return None
     if chosen:
-        return Path(chosen)
-    if os.environ.get("_JAXSCI_TEST_SESSION_CACHE"):  # a worker: the controller's folder
-        return Path(os.environ["_JAXSCI_TEST_SESSION_CACHE"])
-    # the controller (or a run without xdist): a fresh, empty folder
-    base = Path(tempfile.mkdtemp(prefix="jaxsci-test-xla-cache-"))
-    os.environ["_JAXSCI_TEST_SESSION_CACHE"] = str(base)
-    atexit.register(shutil.rmtree, base, ignore_errors=True)
-    return base
+        base = Path(chosen)
+    elif os.environ.get("_JAXSCI_TEST_SESSION_CACHE"):  # a worker: the controller's folder
+        base = Path(os.environ["_JAXSCI_TEST_SESSION_CACHE"])
+    else:  # the controller (or a run without xdist): a fresh, empty folder
+        base = Path(tempfile.mkdtemp(prefix="jaxsci-test-xla-cache-"))
+        os.environ["_JAXSCI_TEST_SESSION_CACHE"] = str(base)
+        atexit.register(shutil.rmtree, base, ignore_errors=True)
+    return base / os.environ.get("PYTEST_XDIST_WORKER", "main")
 
 
 _CACHE = _cache_folder()
@@ -91,9 +86,6 @@ if _CACHE is not None:
     os.environ["JAX_COMPILATION_CACHE_DIR"] = str(_CACHE)
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.3")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
-    # a size limit turns on JAX's file lock around every read and write (processes share
-    # the folder); 8 GiB is never reached by a run
-    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(8 << 30))
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
@@ -111,8 +103,6 @@ if _CACHE is not None:
         "jax_persistent_cache_min_entry_size_bytes",
         int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]),
     )
-    jax.config.update("jax_compilation_cache_max_size",
-                      int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"]))
 
 
 def pytest_configure(config):

@@ -237,8 +237,8 @@ BUDGET_UNIT_S = 15.0  # unit + smoke + property tests, per method
 BUDGET_REPRODUCE_S = 240.0  # the quick trend test(s), per method
 _TIMES: dict = defaultdict(lambda: [0.0, 0.0])
 # JAXSCI_TEST_COMPILE_STATS=1: also how much of each method's unit time went to tracing,
-# lowering and XLA compiling, and how many programs it compiled (jax.monitoring events,
-# summed per test in this process; with xdist each worker reports its own methods).
+# lowering and XLA compiling, and how many programs it compiled (jax.monitoring events
+# in the process that ran the test, carried to the controller by each report).
 _COMPILE_STATS = os.environ.get("JAXSCI_TEST_COMPILE_STATS", "0") == "1"
 _COMPILE_EVENTS = {"/jax/core/compile/jaxpr_trace_duration": 0,
                    "/jax/core/compile/jaxpr_to_mlir_module_duration": 1,

@@ -90,7 +90,8 @@ MIN_BUCKET = 16
 # of lyapunov's ``FAST_COMPILE``; these helpers are only called at the top level
 # (``compiler_options`` is refused on a nested jit). The scanned whole-prompt forwards
 # outside the engine use it too (chat's per-token log-probabilities, goals' action
-# scores and hidden states: goals' smoke run 27.0 -> 21.3 s, tampo's readout).
+# scores and hidden states: goals' smoke run 27.0 -> 21.3 s with smoke_profile.py on
+# one core; tampo's readout).
 RUN_BOUND = {"xla_backend_optimization_level": 3}
 
 

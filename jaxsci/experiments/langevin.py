@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -135,9 +136,24 @@ def _baselines(feats, obs, grid, tau, d, prior_var):
     return w, direct, geo, init
 
 
-def run_cell(c: LangevinConfig, key: jax.Array, feats: lg.AbstractFeatures, system: str,
-             tau: float) -> dict[str, np.ndarray]:
-    """One (system, tau) cell: simulate, fit the three estimators, score them on a grid."""
+class CellData(NamedTuple):
+    """One cell's data and what path augmentation starts from (:func:`cell_data`)."""
+
+    drift: lg.AbstractDrift  # the true drift
+    obs: jax.Array  # [n_traj, n_obs, 2]
+    diffusion: float  # D used by the estimators (known or estimated)
+    grid: jax.Array  # evaluation grid over the 1-99 % range of the data
+    weights: jax.Array  # the data's density (KDE) on the grid: the error's weights
+    direct: jax.Array  # the direct estimator's drift on the grid
+    geometric: jax.Array  # the geometric estimator's drift on the grid
+    init: lg.DriftModel  # EM's start: the geometric drift fitted on the basis
+    key: jax.Array  # the key of the path augmentation
+
+
+def cell_data(c: LangevinConfig, key: jax.Array, feats: lg.AbstractFeatures, system: str,
+              tau: float) -> CellData:
+    """A cell's trajectories, grid, baselines and EM start, from the cell's key (what
+    :func:`run_cell` fits; ``scripts/diagnose/langevin_from_truth.py`` starts EM elsewhere)."""
     drift = SYSTEMS[system]()
     k_x0, k_sim, k_aug = jax.random.split(key, 3)
     x0 = jax.random.normal(k_x0, (c.n_traj, 2))
@@ -148,6 +164,20 @@ def run_cell(c: LangevinConfig, key: jax.Array, feats: lg.AbstractFeatures, syst
     pts = obs.reshape(-1, 2)
     grid = jnp.asarray(_grid(np.asarray(pts), c.grid_size), pts.dtype)
     w, direct, geo, init = _baselines(feats, obs, grid, tau, d, c.em.prior_var)
+    return CellData(drift, obs, d, grid, w, direct, geo, init, k_aug)
+
+
+def cell_key(ctx_key: jax.Array, i: int, j: int) -> jax.Array:
+    """The key of cell ``(i, j)`` (system ``i``, interval ``j``) of a run whose context
+    key is ``ctx_key``."""
+    _, k_data = jax.random.split(ctx_key)
+    return jax.random.fold_in(jax.random.fold_in(k_data, i), j)
+
+
+def run_cell(c: LangevinConfig, key: jax.Array, feats: lg.AbstractFeatures, system: str,
+             tau: float) -> dict[str, np.ndarray]:
+    """One (system, tau) cell: simulate, fit the three estimators, score them on a grid."""
+    drift, obs, d, grid, w, direct, geo, init, k_aug = cell_data(c, key, feats, system, tau)
     f_true = jax.vmap(drift)(grid)
     em = dataclasses.replace(c.em, n_steps=c.bridge_steps(tau))
     res = lg.path_augmentation(k_aug, init, obs, tau, d, em, probe=grid)
@@ -171,7 +201,7 @@ def run_cell(c: LangevinConfig, key: jax.Array, feats: lg.AbstractFeatures, syst
 def run(config: LangevinConfig, ctx: Context) -> dict:
     """Simulate, fit the three estimators at every (system, tau), return the metrics."""
     c = config
-    k_feat, k_data = jax.random.split(ctx.key)
+    k_feat, _ = jax.random.split(ctx.key)
     feats = (lg.random_features(k_feat, 2, c.n_features, c.lengthscale) if c.basis == "rff"
              else lg.polynomial_features(2, c.degree))
     n_s, n_t = len(c.systems), len(c.taus)
@@ -180,7 +210,7 @@ def run(config: LangevinConfig, ctx: Context) -> dict:
     for i, system in enumerate(c.systems):
         for j, tau in enumerate(c.taus):
             bar.set_postfix(system=system, tau=tau)
-            k = jax.random.fold_in(jax.random.fold_in(k_data, i), j)
+            k = cell_key(ctx.key, i, j)
             cells[i, j] = ctx.cell(f"{system}/tau={tau:g}",
                                    lambda k=k, s=system, t=float(tau): run_cell(c, k, feats, s, t))
             bar.update()

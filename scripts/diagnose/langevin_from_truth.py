@@ -29,7 +29,6 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 
 def main(argv=None) -> int:
@@ -55,32 +54,25 @@ def main(argv=None) -> int:
     if c.basis != "poly":
         raise SystemExit("--set basis must stay poly: the true drift must lie in the basis")
     tau = c.taus[0]
-    # the experiment's keys (seed -> ctx.key -> cell (i, j) of its grid)
-    _, k_data = jax.random.split(jax.random.key(args.seed))
-    key = jax.random.fold_in(jax.random.fold_in(k_data, args.cell[0]), args.cell[1])
-    drift = ex.SYSTEMS[args.system]()
-    k_x0, k_sim, k_aug = jax.random.split(key, 3)
-    x0 = jax.random.normal(k_x0, (c.n_traj, 2))
-    obs = lg.simulate(k_sim, drift, x0, c.diffusion, tau, c.n_obs,
-                      steps_per_obs=ex._multiple("tau", tau, c.dt), burn_in=c.burn_in,
-                      burn_in_steps=ex._multiple("burn_in", c.burn_in, c.dt))
+    feats = lg.polynomial_features(2, c.degree)  # the experiment's basis="poly" features
+    cell = ex.cell_data(c, ex.cell_key(jax.random.key(args.seed), *args.cell), feats,
+                        args.system, tau)
+    drift, obs, grid, w, direct, init, k_aug = (cell.drift, cell.obs, cell.grid,
+                                                cell.weights, cell.direct, cell.init, cell.key)
     pts = obs.reshape(-1, 2)
-    feats = lg.polynomial_features(2, c.degree)
-    grid = jnp.asarray(ex._grid(np.asarray(pts), c.grid_size), pts.dtype)
-    w, direct, geo, init = ex._baselines(feats, obs, grid, tau, c.diffusion, c.em.prior_var)
     f_true = jax.vmap(drift)(grid)
     truth = lg.fit_function(feats, pts, jax.vmap(drift)(pts))
     em = dataclasses.replace(c.em, n_steps=c.bridge_steps(tau), select="last")
     rms = float(lg.weighted_rmse(jnp.zeros_like(f_true), f_true, w))
-    print(f"{args.system} tau={tau} D={c.diffusion} pairs={c.n_traj * (c.n_obs - 1)} "
+    print(f"{args.system} tau={tau} D={cell.diffusion:g} pairs={c.n_traj * (c.n_obs - 1)} "
           f"bridges={em.n_bridges} bridge steps={em.n_steps} score bridges="
           f"{em.score_bridges}")
     print(f"  drift RMS {rms:.3f}   direct {float(lg.weighted_rmse(direct, f_true, w)):.3f}   "
           f"truth in the basis {float(lg.weighted_rmse(lg.predict(truth, grid), f_true, w)):.3f}")
-    direct_model = lg.direct_estimator(feats, obs, tau, c.diffusion, prior_var=c.em.prior_var)
+    direct_model = lg.direct_estimator(feats, obs, tau, cell.diffusion, prior_var=c.em.prior_var)
     for name, start in (("geometric start (the experiment's)", init),
                         ("direct-estimate start", direct_model), ("true-drift start", truth)):
-        res = lg.path_augmentation(k_aug, start, obs, tau, c.diffusion, em, probe=grid)
+        res = lg.path_augmentation(k_aug, start, obs, tau, cell.diffusion, em, probe=grid)
         err = [float(lg.weighted_rmse(h, f_true, w)) for h in res.history]
         print(f"  {name}:")
         print("    error         " + " ".join(f"{e:7.3f}" for e in err))

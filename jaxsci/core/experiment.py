@@ -374,7 +374,8 @@ def apply_overrides(config: Any, overrides: Sequence[str]) -> Any:
 
     Values are parsed by the field's annotated type (int, float, bool, str, tuples,
     ``Literal``, optional fields); the new config validates on construction, so a bad
-    value fails here with the field's own message.
+    value fails here with the field's own message. The order of the overrides does not
+    matter: one that a cross-field check refuses until another is applied is retried.
 
     >>> import dataclasses
     >>> @dataclasses.dataclass(frozen=True)
@@ -384,6 +385,7 @@ def apply_overrides(config: Any, overrides: Sequence[str]) -> Any:
     >>> apply_overrides(C(), ["n=5", "ts=0.5,1.0"])
     C(n=5, ts=(0.5, 1.0))
     """
+    pending = []
     for item in overrides:
         if "=" not in item:
             raise ValueError(f"--set expects FIELD=VALUE, got {item!r}")
@@ -391,7 +393,22 @@ def apply_overrides(config: Any, overrides: Sequence[str]) -> Any:
         parts = path.strip().split(".")
         if not all(parts):
             raise ValueError(f"--set: bad field name {path!r}")
-        config = _replace(config, parts, text.strip(), "")
+        pending.append((parts, text.strip()))
+    # Each override is applied to a valid config and validated with it. One that a
+    # field's cross-check refuses now (``init=pod`` before the ``basis`` it needs) is
+    # retried after the others, so the order on the command line does not matter; an
+    # override refused in every order raises its own message.
+    while pending:
+        failed, first = [], None
+        for parts, text in pending:
+            try:
+                config = _replace(config, parts, text, "")
+            except (ValueError, TypeError) as e:
+                failed.append((parts, text))
+                first = first or e
+        if len(failed) == len(pending):
+            raise first
+        pending = failed
     return config
 
 

@@ -85,6 +85,26 @@ def test_overrides_nested_typed_and_validated():
         apply_overrides(ToyConfig(), ["cells"])
 
 
+@dataclasses.dataclass(frozen=True)
+class Linked:
+    """A cross-field check: ``mode="b"`` needs ``size > 2``."""
+
+    mode: str = "a"
+    size: int = 1
+
+    def __post_init__(self):
+        if self.mode == "b" and self.size <= 2:
+            raise ValueError(f"mode='b' needs size > 2, got {self.size}")
+
+
+def test_override_order_does_not_matter_for_cross_field_checks():
+    want = Linked(mode="b", size=3)
+    assert apply_overrides(Linked(), ["size=3", "mode=b"]) == want
+    assert apply_overrides(Linked(), ["mode=b", "size=3"]) == want
+    with pytest.raises(ValueError, match="mode='b' needs size > 2"):
+        apply_overrides(Linked(), ["mode=b", "size=2"])
+
+
 def test_experiment_declaration_is_checked():
     with pytest.raises(ValueError, match="undeclared metrics"):
         make(claims=(Claim("c", "s", "nosuch > 0"),))

@@ -113,6 +113,11 @@ class KoopmanConfig:
     # ETDRK4 step of the NS generator at 32 x 32: frames within 1.5e-4 (relative) of
     # those with dt = 0.01 over 50 time units (measured).
     ns_inner_dt: float = 0.1
+    # The model's start before Phase I: "random" (the authors') or "pod" (ours,
+    # :func:`jaxsci.dynamics.koopman.pod_init`: the linear paths at the POD of the
+    # delay-stacked training data, DMD's coordinates; needs model.encoder.basis and
+    # model.decoder.basis, and fully observed training data: no masked runs).
+    init: str = "random"
 
     def __post_init__(self):
         if not self.datasets:
@@ -137,6 +142,15 @@ class KoopmanConfig:
         check_int("superres_factor", self.superres_factor, min=1)
         check_scalar("dmd_val_fraction", self.dmd_val_fraction, gt=0.0, lt=1.0)
         check_scalar("ns_inner_dt", self.ns_inner_dt, gt=0.0)
+        check_choice("init", self.init, ("random", "pod"))
+        if self.init == "pod":
+            if not (self.model.encoder.basis and self.model.encoder.basis_kind == "fourier"
+                    and self.model.decoder.basis):
+                raise ValueError("init='pod' needs the Fourier linear paths: set "
+                                 "model.encoder.basis and model.decoder.basis")
+            if self.masked_datasets:
+                raise ValueError("init='pod' needs fully observed training data: set "
+                                 "masked_datasets to ()")
         if not self.dmd_ranks or min(self.dmd_ranks) < 1:
             raise ValueError(f"dmd_ranks must be non-empty and >= 1, got {self.dmd_ranks}")
         if not self.dmd_delays or not all(1 <= d <= self.n_cond for d in self.dmd_delays):
@@ -364,6 +378,8 @@ def fit_merlin(config, key, coords, train, mask=None, progress=False, ctx=None, 
     k_model, k_p1, k_mem = jax.random.split(key, 3)
     model = new_model(config, k_model)
     vals = jnp.asarray(train)[..., None]
+    if config.init == "pod":
+        model = kp.pod_init(model, coords, vals)
     mask = np.ones(train.shape, bool) if mask is None else mask
 
     def ckpt(stage):

@@ -417,6 +417,34 @@ def test_design_options_keep_the_encoder_a_functional_of_the_observed_points():
     np.testing.assert_allclose(np.asarray(out), np.asarray(plain.decode(z, xy)), atol=1e-6)
 
 
+def test_pod_init_starts_as_the_linear_pod_model_of_an_oscillation(model):
+    """A standing wave ``cos(wt) cos(2 pi x) + sin(wt) sin(2 pi y)`` lies in the lowest
+    Fourier modes: after ``pod_init`` the model decodes every training frame from its
+    latent exactly, the nonlinear paths are silent, and the least-squares backbone of
+    the latents (ridge 0) propagates them with eigenvalues on the unit circle."""
+    cfg = dataclasses.replace(
+        OPTIONS, encoder=dataclasses.replace(OPTIONS.encoder, n_tokens=1, token_dim=2,
+                                             basis=5))
+    pod_model = kp.Merlin(2, 1, cfg, key=jax.random.key(0))
+    xy = grid(8)
+    t = jnp.arange(12, dtype=jnp.float32)[:, None]
+    traj = [jnp.cos(w * t) * jnp.cos(2 * jnp.pi * xy[:, 0]) + jnp.sin(w * t) * jnp.sin(
+        2 * jnp.pi * xy[:, 1]) for w in (0.3, 0.3)]
+    vals = jnp.stack(traj)[..., None]  # [2, 12, 64, 1]
+    vals = vals.at[1].multiply(0.5)  # a second amplitude
+    init = kp.pod_init(pod_model, xy, vals)
+    assert not np.any(np.asarray(init.encoder.out_proj.weight))
+    assert not np.any(np.asarray(init.decoder.out_w))
+    lat = kp.encode_dataset(init, xy, vals, np.ones(vals.shape[:3], bool))
+    rec = np.asarray(eqx.filter_jit(kp.decode_latents)(init, lat, xy))[..., 0]
+    np.testing.assert_allclose(rec, np.asarray(vals[:, 1:, :, 0]), atol=2e-4)
+    eig = np.abs(np.asarray(kp.spectrum(kp.fit_global_backbone(lat, 0.0, bias=False))))
+    top = np.sort(eig)[-2:]
+    np.testing.assert_allclose(top, 1.0, atol=1e-3)
+    with pytest.raises(ValueError, match="Fourier linear paths"):
+        kp.pod_init(model, xy, vals)  # no linear paths
+
+
 def test_rope_vectors_are_relative_and_dealt_to_the_heads():
     vec = kp.rope_vectors((1.0, 2.0), 2, 3)  # 8 vectors over 3 heads -> 3 per head
     assert vec.shape == (3, 3, 2)

@@ -53,6 +53,13 @@ def test_config_validation_and_one_owner_of_the_model_sizes():
         exp.KoopmanConfig(model=kp.MerlinConfig(encoder=kp.EncoderConfig(token_dim=0)))
     with pytest.raises(TypeError, match="model must be a MerlinConfig"):
         exp.KoopmanConfig(model={"n_cond": 3})
+    with pytest.raises(ValueError, match="init must be one of"):
+        exp.KoopmanConfig(init="dmd")
+    with pytest.raises(ValueError, match="init='pod' needs the Fourier linear paths"):
+        exp.KoopmanConfig(init="pod", masked_datasets=())
+    with pytest.raises(ValueError, match="init='pod' needs fully observed"):
+        exp.KoopmanConfig(init="pod", model=kp.MerlinConfig(
+            encoder=kp.EncoderConfig(basis=8), decoder=kp.DecoderConfig(basis=8)))
     # The sizes live in the library's configs only; the experiment nests them.
     names = {f.name for f in dataclasses.fields(exp.KoopmanConfig)}
     for cls in (kp.EncoderConfig, kp.DecoderConfig):

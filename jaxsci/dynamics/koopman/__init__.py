@@ -90,6 +90,7 @@ from jaxsci.dynamics.koopman._model import (
     forecast,
     make_memory,
     phase1_loss,
+    pod_init,
     train_memory,
     train_phase1,
 )
@@ -135,6 +136,7 @@ __all__ = [
     "delay_embed",
     "phase1_loss",
     "train_phase1",
+    "pod_init",
     "encode_dataset",
     "fit_global_backbone",
     "make_memory",

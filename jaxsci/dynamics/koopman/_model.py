@@ -72,6 +72,7 @@ __all__ = [
     "make_memory",
     "phase1_loss",
     "train_phase1",
+    "pod_init",
     "encode_dataset",
     "fit_global_backbone",
     "train_memory",
@@ -424,6 +425,67 @@ def train_phase1(
         full_history=checkpoint_dir is not None,
     )
     return state.params[0], losses
+
+
+def pod_init(
+    model: Merlin,
+    coords: Float[Array, "n dx"],
+    values: Float[Array, "b t n c"],
+) -> Merlin:
+    """Start the linear paths at DMD's coordinates: the POD of the delay-stacked data.
+
+    Ours (issue 25's wave-equation gap), for a model whose encoder and decoder both
+    have the Fourier linear path (``EncoderConfig(basis=m)``, ``basis_kind="fourier"``,
+    and ``DecoderConfig(basis=k)``). The encoder's basis coefficients of every
+    ``n_cond``-frame stack of ``values`` (fully observed) are computed exactly as the
+    encoder computes them; the encoder's linear map is set to their leading
+    ``latent_dim`` right singular vectors (uncentred, as in DMD), so at initialisation
+    ``z`` holds the POD coordinates of the stack's coefficients, the subspace a
+    delay-embedded DMD of that rank propagates. The decoder's linear path is set to the
+    least-squares map from those ``z`` to the current frame's expansion in the
+    decoder's basis, and the two nonlinear outputs (the encoder's token projection and
+    the decoder's output layer) start at zero, so the model starts as the linear
+    POD encoder/decoder; Phase I then trains every weight from there.
+
+    Raises:
+      ValueError: the model lacks the Fourier linear paths, or the shapes disagree.
+    """
+    enc, dec = model.encoder, model.decoder
+    if enc.basis_proj is None or enc.basis_out is not None or dec.basis_w is None:
+        raise ValueError(
+            "pod_init needs the Fourier linear paths in the encoder and the decoder "
+            "(EncoderConfig(basis=m, basis_kind='fourier') and DecoderConfig(basis=k))")
+    _check_dataset(model.channels, coords, values, None)
+    x = np.asarray(coords, np.float64)
+    v = np.asarray(values, np.float64)  # [b, t, n, c]
+    b, t, n, c = v.shape
+    k = model.n_cond
+    # delay stacks [b, s, n, k * c]: channel j * c + i is channel i of frame s + j
+    stacks = np.concatenate([v[:, j:t - k + 1 + j] for j in range(k)], axis=-1)
+    ph = 2.0 * np.pi * x @ np.asarray(enc.basis_in, np.float64).T
+    psi = np.concatenate([np.cos(ph), np.sin(ph)], axis=-1)  # [n, 2m]
+    coef = np.einsum("nm,bsnc->bsmc", psi, stacks) / n  # the encoder's quadrature
+    feats = coef.reshape(-1, coef.shape[2] * coef.shape[3])  # [N, 2m * k c], row-major
+    d = model.latent_dim
+    if d > min(feats.shape):
+        raise ValueError(f"latent_dim {d} exceeds the rank of the data's coefficients "
+                         f"({min(feats.shape)}): fewer latent dimensions or more data")
+    _, _, vt = np.linalg.svd(feats, full_matrices=False)
+    proj = vt[:d]  # [d, 2m k c]
+    z = feats @ proj.T  # [N, d]
+    ph = 2.0 * np.pi * x @ np.asarray(dec.basis_freqs, np.float64).T
+    dpsi = np.concatenate([np.cos(ph), np.sin(ph)], axis=-1)  # [n, 2k']
+    current = v[:, k - 1:].reshape(-1, n, c)  # the stacks' last frames [N, n, c]
+    amp = np.einsum("pn,bnc->bpc", np.linalg.pinv(dpsi), current)  # [N, 2k', c]
+    w = np.stack([np.linalg.lstsq(z, amp[:, :, i], rcond=None)[0].T for i in range(c)])
+    dtype = enc.basis_proj.weight.dtype
+    model = eqx.tree_at(lambda m: m.encoder.basis_proj.weight, model, jnp.asarray(proj, dtype))
+    model = eqx.tree_at(lambda m: m.encoder.out_proj.weight, model,
+                        jnp.zeros_like(enc.out_proj.weight))
+    model = eqx.tree_at(lambda m: m.decoder.basis_w, model, jnp.asarray(w, dec.basis_w.dtype))
+    model = eqx.tree_at(lambda m: (m.decoder.out_w, m.decoder.out_b), model,
+                        (jnp.zeros_like(dec.out_w), jnp.zeros_like(dec.out_b)))
+    return model
 
 
 def encode_dataset(

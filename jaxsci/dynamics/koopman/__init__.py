@@ -24,7 +24,8 @@ with
   (``init`` / ``correction``, one shared ``step``; ``_memory.py``);
 * :class:`Merlin` (sizes in one :class:`MerlinConfig` nesting :class:`EncoderConfig`
   and :class:`DecoderConfig`), :func:`train_phase1` (training under linear
-  constraints), :func:`train_memory`, :func:`forecast` (``_model.py``).
+  constraints), :func:`train_memory`, :func:`forecast`, and :func:`pod_init` (ours:
+  the linear paths started at the POD of the delay-stacked data; ``_model.py``).
 
 Import every name from here (``from jaxsci.dynamics import koopman as kp``); the
 private submodules (``_encoder.py``, ...) are the implementation's layout.

@@ -11,7 +11,8 @@ weighted drift error of every iterate (what the experiment reports), the iterate
 estimated log posterior, and the bridges' effective sample size. An error that rises
 from the truth, with a log posterior that rises with it, says the Monte-Carlo
 likelihood itself prefers the wrong drifts: no selection rule and no number of EM
-iterations helps there, only a better likelihood estimate (more or better bridges).
+iterations helps there, only a better likelihood estimate (better bridges; eight times
+as many helped little on Duffing at tau = 2, ``docs/langevin.md``).
 
     python scripts/diagnose/langevin_from_truth.py duffing 2.0 [--set em.n_bridges=32 ...]
     python scripts/diagnose/langevin_from_truth.py duffing 2.0 --cell 4 3   # a 5 x 4 grid's

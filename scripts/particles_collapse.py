@@ -14,6 +14,21 @@ then a fit of log10(time to one cluster) against beta over the betas that collap
 its extrapolation to those that did not. Writes ``clusters_vs_time.png`` (clusters
 against time, log axes, one line per seed ending where its solve stopped, marked o
 when at rest and X when the step budget ran out) to ``--out``.
+
+Reduction (``--reduce-at T``, needs ``--x64``): the full solve stops at ``T`` (or at
+rest before it), each cluster is replaced by one token carrying its mass
+(:func:`jaxsci.dynamics.particles.merge_clusters`; exact for collapsed clusters, the
+largest distance of a token from its center is printed), and the reduced flow of the
+few weighted tokens continues through its merges
+(:func:`jaxsci.dynamics.particles.solve_merging`: two tokens closer than
+``--merge-tol`` become one) until their diameter falls below ``--tol`` (one cluster)
+or ``--t1``. Without the fast contraction inside each cluster the steps follow the
+slow merging time, so horizons of 1e13 take a few hundred steps. For the seeds left
+with two clusters the closed-form merging time
+(:func:`jaxsci.dynamics.particles.merge_time_two_clusters`) is printed beside the
+solver's as a check. The figure then shows each seed's merges as a staircase.
+
+    python scripts/particles_collapse.py --betas 1,2,4,8,16 --x64 --reduce-at 1000 --t1 1e16
 """
 
 from __future__ import annotations
@@ -49,12 +64,24 @@ def main() -> None:
                     help="explicit Tsit5, or implicit Kvaerno5 (long steps through stiffness)")
     ap.add_argument("--x64", action="store_true",
                     help="float64 (a velocity floor far below float32's, for small --vtol)")
+    ap.add_argument("--reduce-at", type=float, default=None,
+                    help="stop the full solve at this time and continue with the reduced "
+                         "flow of the merged clusters (needs --x64)")
+    ap.add_argument("--max-clusters", type=int, default=32,
+                    help="the reduced flow's size (more clusters at --reduce-at raise)")
+    ap.add_argument("--merge-tol", type=float, default=1e-3,
+                    help="reduced flow: two clusters closer than this become one")
     ap.add_argument("--out", default="runs/particles_collapse")
     args = ap.parse_args()
+    if args.reduce_at is not None and not args.x64:
+        ap.error("--reduce-at needs --x64 (the reduced solve reaches times where float32 "
+                 "cannot resolve its steps)")
     if args.x64:
         jax.config.update("jax_enable_x64", True)
     betas = [float(b) for b in args.betas.split(",")]
-    ts = jnp.logspace(-1.0, np.log10(args.t1), args.n_times)
+    t1_full = args.t1 if args.reduce_at is None else args.reduce_at
+    # the last point exactly at the horizon (logspace may round past it)
+    ts = jnp.logspace(-1.0, np.log10(t1_full), args.n_times).at[-1].set(t1_full)
     x0s = jax.vmap(lambda k: sample_uniform(k, args.n, args.d, dtype=jnp.result_type(float)))(
         jax.random.split(jax.random.key(0), args.seeds))
 
@@ -64,10 +91,20 @@ def main() -> None:
     def one_beta(beta, x0s):
         def one(x0):
             flow = pt.make_flow(args.d, beta, speed=jnp.exp(-beta))
-            r = pt.solve_to_rest(flow, x0, args.t1, ts, vtol=args.vtol, rtol=args.rtol,
+            r = pt.solve_to_rest(flow, x0, t1_full, ts, vtol=args.vtol, rtol=args.rtol,
                                  atol=args.atol, max_steps=args.max_steps, solver=solver)
             k = jax.vmap(lambda x: pt.count_clusters(x, args.tol)[0])(r.xs)
-            return k, r.t_stop, r.at_rest, r.n_steps, pt.count_clusters(r.final, args.tol)[0]
+            out = (k, r.t_stop, r.at_rest, r.n_steps, pt.count_clusters(r.final, args.tol)[0])
+            if args.reduce_at is None:
+                return out
+            m = pt.merge_clusters(r.final, args.tol, args.max_clusters)
+            h = pt.solve_merging(flow, m.centers, args.t1, weights=m.weights, tol=args.tol,
+                                 merge_tol=args.merge_tol, rtol=args.rtol, atol=args.atol,
+                                 max_steps=args.max_steps)
+            c0, c1 = m.centers[0], m.centers[jnp.minimum(1, args.max_clusters - 1)]
+            angle = jnp.arccos(jnp.clip(c0 @ c1, -1.0, 1.0))
+            return out + (m.n_clusters, m.spread, h.t_merge, h.n_clusters, h.t_one,
+                          h.n_steps, angle)
         return jax.vmap(one)(x0s)
 
     rows, curves = [], {}
@@ -78,10 +115,11 @@ def main() -> None:
           f"cluster tol={args.tol}")
     print("beta | time to one cluster (median; per seed) | stopped at (median) | "
           "at rest | clusters at the stop | steps (max) | seconds")
+    reduced = []
     for beta in betas:
         t0 = time.time()
-        k, t_stop, rest, steps, k_final = (np.asarray(x) for x in
-                                           one_beta(jnp.asarray(beta, x0s.dtype), x0s))
+        res = [np.asarray(x) for x in one_beta(jnp.asarray(beta, x0s.dtype), x0s)]
+        k, t_stop, rest, steps, k_final = res[:5]
         sec = time.time() - t0
         # the first save time with one cluster, or the stop if that came first with one
         # cluster (save slots after the stop hold the final state); inf if never one
@@ -90,14 +128,45 @@ def main() -> None:
                             for row, kf, ts_ in zip(k, k_final, t_stop, strict=True)])
         # each seed's curve: its save times before the stop, then the stop itself (later
         # slots repeat the final state)
-        curves[beta] = [(np.append(np.asarray(ts)[np.asarray(ts) < t_s], t_s),
-                         np.append(row[np.asarray(ts) < t_s], kf), bool(r))
+        tsn = np.asarray(ts)
+        curves[beta] = [(np.append(tsn[tsn < t_s], t_s), np.append(row[tsn < t_s], kf),
+                         bool(r))
                         for row, t_s, kf, r in zip(k, t_stop, k_final, rest, strict=True)]
+        if args.reduce_at is not None:
+            n_cl, spread, t_merge, k_merge, t_red, steps2, angle = res[5:]
+            for i in range(len(t_one)):
+                if np.isfinite(t_one[i]) or k_final[i] == 1:
+                    continue
+                t_one[i] = t_stop[i] + t_red[i]
+                t, kk, _ = curves[beta][i]
+                live = np.isfinite(t_merge[i])  # the staircase of merges, then the end
+                curves[beta][i] = (np.concatenate([t, t_stop[i] + t_merge[i][live]]),
+                                   np.concatenate([kk, k_merge[i][live]]),
+                                   bool(np.isfinite(t_red[i])))
+            closed = [float(pt.merge_time_two_clusters(beta, a, 2 * np.arcsin(args.tol / 2)))
+                      if c == 2 else np.nan for c, a in zip(n_cl, angle, strict=True)]
+            reduced.append((beta, k_final, n_cl, spread, t_red, steps2, angle, closed,
+                            t_merge, k_merge))
         rows.append((beta, t_one))
         per = ", ".join("-" if not np.isfinite(t) else f"{t:.3g}" for t in t_one)
         print(f"{beta:g} | {np.median(t_one):.3g} ({per}) | {np.median(t_stop):.3g} | "
               f"{int(rest.sum())}/{len(rest)} | {k_final.tolist()} | {int(steps.max())} | "
               f"{sec:.0f}")
+    if reduced:
+        print(f"reduced flow from t = {args.reduce_at:g} (or the rest before it), seeds "
+              "not yet at one cluster: clusters merged | largest token-to-center distance | "
+              "reduced time to one cluster | steps | merges (time: clusters left) | two "
+              "clusters: their angle and the closed-form merging time")
+        for beta, k_final, n_cl, spread, t_red, steps2, angle, closed, tm, km in reduced:
+            for i in range(len(n_cl)):
+                if k_final[i] == 1:
+                    continue
+                merges = ", ".join(f"{t:.3g}: {c}" for t, c in zip(tm[i], km[i], strict=True)
+                                   if np.isfinite(t))
+                two = (f" | angle {angle[i]:.4f} rad, closed form {closed[i]:.4g}"
+                       if n_cl[i] == 2 else "")
+                print(f"  beta={beta:g} seed {i}: {int(n_cl[i])} | {spread[i]:.1e} | "
+                      f"{t_red[i]:.4g} | {int(steps2[i])} | {merges}{two}")
     done = [(b, np.log10(np.median(t))) for b, t in rows if np.isfinite(np.median(t))]
     if len(done) >= 2:
         slope, icpt = np.polyfit(*np.asarray(done).T, 1)
@@ -114,7 +183,7 @@ def main() -> None:
     fig, ax = plt.subplots(figsize=(6, 4), constrained_layout=True)
     for i, (beta, seeds) in enumerate(curves.items()):
         for j, (t, kk, at_rest) in enumerate(seeds):
-            ax.plot(t, kk, color=f"C{i}", lw=1, alpha=0.7,
+            ax.step(t, kk, where="post", color=f"C{i}", lw=1, alpha=0.7,
                     label=f"beta={beta:g}" if j == 0 else None)
             ax.plot(t[-1:], kk[-1:], color=f"C{i}", marker="o" if at_rest else "X", ms=7,
                     mfc="none" if at_rest else f"C{i}")
@@ -122,8 +191,14 @@ def main() -> None:
     ax.set_yscale("log")
     ax.set_xlabel("time t (kernel exp(beta(<x,y>-1)) <= 1)")
     ax.set_ylabel(f"clusters (tol {args.tol}), one line per seed")
-    ax.set_title(f"Attention only: n={args.n} on S^{args.d - 1}, adaptive steps\n"
-                 f"(curves end at the stop; o: at rest, X: step budget spent)", fontsize=9)
+    if args.reduce_at is not None:
+        ax.axvline(args.reduce_at, color="0.5", ls=":", lw=1)
+        how = (f"merged clusters from t={args.reduce_at:g}, dotted; o: one cluster, "
+               "X: not by t1")
+    else:
+        how = "curves end at the stop; o: at rest, X: step budget spent"
+    ax.set_title(f"Attention only: n={args.n} on S^{args.d - 1}, adaptive steps\n({how})",
+                 fontsize=9)
     ax.legend(fontsize=8)
     fig.savefig(out / "clusters_vs_time.png", dpi=120)
     print(f"wrote {out / 'clusters_vs_time.png'}")

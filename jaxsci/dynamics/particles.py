@@ -59,7 +59,14 @@ integrates with adaptive steps (diffrax's ``PIDController``) and stops at the fi
 step where the largest velocity falls below ``vtol`` (a ``diffrax.Event``), saving
 states at given (e.g. log-spaced) times. It pays per step, and an explicit solver's
 step is held near the fastest (intra-cluster) rate while slow clusters merge, so its
-reach is a step budget, not a time: ``scripts/particles_collapse.py`` measures it.
+reach is a step budget, not a time. Once the clusters have collapsed, each moves as
+one token carrying its mass (coincident tokens see the same field): the tokens'
+``weights`` (:func:`attention`, :func:`velocity`, :func:`solve_to_rest`) express
+that measure, :func:`merge_clusters` builds it, and :func:`solve_merging` integrates
+the few weighted tokens through their merges to one cluster, with steps that follow
+the slow merging time (1e13 in a few hundred steps). For two clusters the time has a
+closed form, :func:`merge_time_two_clusters` (it grows as ``e^{beta (1 - cos
+theta)}``). ``scripts/particles_collapse.py`` measures both routes.
 
 Clusters. The final empirical measure is summarised by its atoms:
 :func:`count_clusters` merges particles closer than ``tol`` (connected components
@@ -124,6 +131,11 @@ __all__ = [
     "solve_to_rest",
     "count_clusters",
     "cluster_masses",
+    "MergedClusters",
+    "merge_clusters",
+    "MergeHistory",
+    "solve_merging",
+    "merge_time_two_clusters",
     "check_on_sphere",
 ]
 
@@ -267,31 +279,48 @@ def make_flow(
 # --------------------------------------------------------------------------- dynamics
 
 
-def attention(flow: ParticleFlow, x: Float[Array, "n d"]) -> Float[Array, "n d"]:
-    """Unprojected attention output ``(1/Z_i) sum_j exp(beta <Q x_i, K x_j>) V x_j``."""
+def attention(
+    flow: ParticleFlow, x: Float[Array, "n d"], weights: Float[Array, " n"] | None = None
+) -> Float[Array, "n d"]:
+    """Unprojected attention output ``(1/Z_i) sum_j exp(beta <Q x_i, K x_j>) V x_j``.
+
+    ``weights`` (default ``1/n`` each) are the masses of the empirical measure
+    ``sum_j w_j delta_{x_j}``: the mean normalisation becomes ``sum_j w_j exp(...) V x_j``
+    and the softmax ``sum_j w_j exp(...) V x_j / sum_j w_j exp(...)``, so a token of
+    weight ``m/n`` moves exactly as ``m`` coincident tokens of weight ``1/n``.
+    """
     logits = flow.beta * (x @ flow.qk @ x.T)
     vx = x @ flow.value.T
+    if weights is None:
+        if flow.normalisation == "softmax":
+            return jax.nn.softmax(logits, axis=-1) @ vx
+        return jnp.exp(logits) @ vx / x.shape[0]
     if flow.normalisation == "softmax":
-        return jax.nn.softmax(logits, axis=-1) @ vx
-    return jnp.exp(logits) @ vx / x.shape[0]
+        e = weights[None, :] * jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))
+        return (e / jnp.sum(e, axis=-1, keepdims=True)) @ vx
+    return (jnp.exp(logits) * weights[None, :]) @ vx
 
 
-def _raw_velocity(flow: ParticleFlow, x):
-    v = attention(flow, x)
+def _raw_velocity(flow: ParticleFlow, x, weights=None):
+    v = attention(flow, x, weights)
     if flow.perceptron is not None:
         v = v + flow.perceptron(x)
     return flow.speed * v
 
 
-def velocity(flow: ParticleFlow, x: Float[Array, "n d"]) -> Float[Array, "n d"]:
+def velocity(
+    flow: ParticleFlow, x: Float[Array, "n d"], weights: Float[Array, " n"] | None = None
+) -> Float[Array, "n d"]:
     """The projected vector field ``P^perp_{x_i}(attention + perceptron)``.
 
-    Differentiable in ``flow``'s arrays and ``x``.
+    ``weights``: the tokens' masses (see :func:`attention`; default ``1/n`` each).
+    Differentiable in ``flow``'s arrays, ``x`` and ``weights``.
     """
     if not hasattr(x, "shape"):
         x = jnp.asarray(x)
     _check_state(flow, x)
-    return project_tangent(x, _raw_velocity(flow, x))
+    weights = _check_weights(weights, x)
+    return project_tangent(x, _raw_velocity(flow, x, weights))
 
 
 def is_gradient_flow(flow: ParticleFlow) -> bool:
@@ -447,7 +476,7 @@ class RestTrajectory(NamedTuple):
     xs: Float[Array, "s n d"]  # states at them (after the stop: the final state)
     final: Float[Array, "n d"]  # the state where the solve stopped
     t_stop: Float[Array, ""]  # where it stopped: the event, t1, or the step budget
-    at_rest: Bool[Array, ""]  # stopped by the event (max |velocity| < vtol)
+    at_rest: Bool[Array, ""]  # stopped by the event (|velocity| < vtol or diameter small)
     n_steps: Int[Array, ""]  # accepted + rejected steps taken
 
 
@@ -463,6 +492,8 @@ def solve_to_rest(
     dt0: float = 0.1,
     max_steps: int = 100_000,
     solver: diffrax.AbstractSolver | None = None,
+    weights: Float[Array, " n"] | None = None,
+    stop_diameter: float | Float[Array, ""] | None = None,
 ) -> RestTrajectory:
     """Integrate with adaptive steps until the flow is at rest, ``t1``, or the step budget.
 
@@ -483,32 +514,39 @@ def solve_to_rest(
       rtol, atol, dt0: the step controller's tolerances and first step.
       max_steps: the step budget (static).
       solver: a diffrax solver (default ``diffrax.Tsit5()``).
+      weights: ``(n,)`` masses of the tokens (traced; default ``1/n`` each), e.g. the
+        clusters of :func:`merge_clusters`: the reduced flow of collapsed clusters.
+        Tokens of zero weight (padding) stay where they are.
+      stop_diameter: also stop once every two tokens are closer than this (traced):
+        one cluster. The criterion for the reduced flow, where a slow metastable
+        configuration can move slower than any usable ``vtol`` (round-off and the step
+        controller's tolerance set a floor on the velocity of a state at rest).
 
     Returns:
       :class:`RestTrajectory`. Not for gradients (the stop is a discrete event): use
       :func:`solve` to differentiate.
     """
-    if not isinstance(x0, jax.Array):
-        x0 = jnp.asarray(x0)
-    _check_state(flow, x0)
-    check_scalar("t1", t1, gt=0.0)
+    x0, max_steps = _check_adaptive(flow, x0, t1, rtol, atol, dt0, max_steps)
     check_scalar("vtol", vtol, gt=0.0)
-    check_scalar("rtol", rtol, gt=0.0)
-    check_scalar("atol", atol, gt=0.0)
-    check_scalar("dt0", dt0, gt=0.0)
-    max_steps = check_int("max_steps", max_steps, min=1)
     ts = check_array("ts", jnp.asarray(ts, x0.dtype), ndim=1, dtype="floating")
     if solver is None:
         solver = diffrax.Tsit5()
     if not isinstance(solver, diffrax.AbstractSolver):
         raise TypeError(f"solver must be a diffrax solver (e.g. diffrax.Tsit5()), got "
                         f"{type(solver).__name__}")
+    weights = _check_weights(weights, x0)
+    if stop_diameter is None:
+        stop_diameter = -1.0  # never
+    else:
+        check_scalar("stop_diameter", stop_diameter, gt=0.0)
     return _solve_to_rest(flow, x0, jnp.asarray(t1, x0.dtype), ts,
-                          jnp.asarray(vtol, x0.dtype), rtol, atol, dt0, max_steps, solver)
+                          jnp.asarray(vtol, x0.dtype), rtol, atol, dt0, max_steps, solver,
+                          weights, jnp.asarray(stop_diameter, x0.dtype))
 
 
 @eqx.filter_jit
-def _solve_to_rest(flow, x0, t1, ts, vtol, rtol, atol, dt0, max_steps, solver):
+def _solve_to_rest(flow, x0, t1, ts, vtol, rtol, atol, dt0, max_steps, solver, weights,
+                   stop_diameter):
     tol = 1e-4 if x0.dtype == jnp.float32 else 1e-8
     x0 = eqx.error_if(x0, ~jnp.all(jnp.abs(jnp.linalg.norm(x0, axis=-1) - 1) <= tol),
                       "x0 must lie on the unit sphere (row norms 1)")
@@ -517,10 +555,18 @@ def _solve_to_rest(flow, x0, t1, ts, vtol, rtol, atol, dt0, max_steps, solver):
 
     def field(t, y, args):
         x = normalize(y)
-        return project_tangent(x, _raw_velocity(args, x))
+        v = project_tangent(x, _raw_velocity(args, x, weights))
+        if weights is None:
+            return v
+        # zero-weight (padding) tokens are frozen (see solve_merging)
+        return jnp.where(weights[:, None] > 0, v, 0.0)
 
     def rest(t, y, args, **kwargs):
-        return jnp.max(jnp.abs(field(t, y, args))) < vtol
+        x = normalize(y)
+        sq = jnp.sum(x * x, -1)
+        diameter2 = jnp.max(sq[:, None] + sq[None, :] - 2.0 * x @ x.T)
+        return ((jnp.max(jnp.abs(field(t, y, args))) < vtol)
+                | (diameter2 < stop_diameter * jnp.abs(stop_diameter)))
 
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(field), solver, jnp.zeros((), x0.dtype), t1, dt0, x0, args=flow,
@@ -587,6 +633,239 @@ def cluster_masses(labels: Int[Array, " n"]) -> Int[Array, " n"]:
     return jnp.zeros(labels.shape, jnp.int32).at[labels].add(1)
 
 
+class MergedClusters(NamedTuple):
+    """Output of :func:`merge_clusters`."""
+
+    centers: Float[Array, "k d"]  # unit vectors; slots past n_clusters repeat centers[0]
+    weights: Float[Array, " k"]  # cluster masses (their tokens' weights summed); 0 padding
+    n_clusters: Int[Array, ""]
+    spread: Float[Array, ""]  # largest distance of a token from its cluster's center
+
+
+def merge_clusters(
+    x: Float[Array, "n d"],
+    tol: float | Float[Array, ""],
+    max_clusters: int,
+    weights: Float[Array, " n"] | None = None,
+) -> MergedClusters:
+    """Replace each cluster of :func:`count_clusters` by one token carrying its mass.
+
+    Tokens that coincide move together for all time (they see the same field), so a
+    configuration of collapsed clusters evolves exactly as the ``k``-token flow of the
+    cluster centers weighted by their masses (``weights=`` of :func:`solve_to_rest`,
+    :func:`solve_merging`). This is the reduction that makes the metastable phase
+    cheap: without the intra-cluster contraction, adaptive steps grow with the slow
+    merging time instead of staying at the fast rate inside each cluster. It is exact
+    when the clusters have collapsed; ``spread`` (the largest distance of a token from
+    its center) says how far from that the input was.
+
+    Args:
+      x: ``(n, d)`` tokens on the sphere.
+      tol: the cluster threshold of :func:`count_clusters` (traced).
+      max_clusters: the output size (static); more clusters than this raise, also
+        inside ``jit``.
+      weights: ``(n,)`` token masses (default ``1/n`` each); a center is the
+        normalised weighted mean of its tokens.
+
+    Returns:
+      :class:`MergedClusters` ``(centers, weights, n_clusters, spread)``, the clusters
+      in the order of their smallest token index, padded to ``max_clusters`` with
+      zero-weight copies of the first center (the solvers hold them still; they act
+      on nothing).
+    """
+    if not hasattr(x, "shape"):
+        x = jnp.asarray(x)
+    check_array("x", x, ndim=2, dtype="floating")
+    check_scalar("tol", tol, gt=0.0)
+    max_clusters = check_int("max_clusters", max_clusters, min=1)
+    weights = _check_weights(weights, x)
+    if weights is None:
+        weights = jnp.full(x.shape[:1], 1.0 / x.shape[0], x.dtype)
+    return _merge_clusters(x, jnp.asarray(tol, x.dtype), max_clusters, weights)
+
+
+@eqx.filter_jit
+def _merge_clusters(x, tol, max_clusters, weights):
+    n = x.shape[0]
+    k, labels = _count_clusters(x, tol)
+    k = eqx.error_if(k, k > max_clusters, "max_clusters is smaller than the number of "
+                     "clusters in x")
+    sums = jax.ops.segment_sum(weights[:, None] * x, labels, num_segments=n)
+    # a cluster of zero weight (padding) keeps its root token as its center
+    centers_all = normalize(jnp.where(jnp.linalg.norm(sums, axis=-1, keepdims=True) > 0,
+                                      sums, x))
+    spread = jnp.max(jnp.linalg.norm(x - centers_all[labels], axis=-1))
+    roots = jnp.nonzero(labels == jnp.arange(n), size=max_clusters, fill_value=0)[0]
+    filled = jnp.arange(max_clusters) < k
+    masses = jax.ops.segment_sum(weights, labels, num_segments=n)[roots]
+    return MergedClusters(centers_all[roots], jnp.where(filled, masses, 0.0), k, spread)
+
+
+class MergeHistory(NamedTuple):
+    """Output of :func:`solve_merging`."""
+
+    t_merge: Float[Array, " k"]  # end time of each stage (a merge); inf past the last
+    n_clusters: Int[Array, " k"]  # clusters after each stage (0 past the last)
+    t_one: Float[Array, ""]  # when the diameter fell below tol (inf: not within t1)
+    final: Float[Array, "k d"]  # the clusters' centers where the solve stopped
+    weights: Float[Array, " k"]
+    n_steps: Int[Array, ""]  # solver steps over all stages
+
+
+def solve_merging(
+    flow: ParticleFlow,
+    x0: Float[Array, "k d"],
+    t1: float | Float[Array, ""],
+    *,
+    weights: Float[Array, " k"] | None = None,
+    tol: float | Float[Array, ""] = 0.05,
+    merge_tol: float | Float[Array, ""] = 1e-3,
+    rtol: float = 1e-5,
+    atol: float = 1e-7,
+    dt0: float = 0.1,
+    max_steps: int = 100_000,
+) -> MergeHistory:
+    """Integrate the reduced flow of point clusters through their merges, to one cluster.
+
+    The cascade that makes exponentially long merging times reachable. Each stage
+    integrates the weighted tokens (adaptive Tsit5, ``PIDController(rtol, atol)``)
+    until two of them come within ``merge_tol`` (then :func:`merge_clusters` makes
+    them one token carrying both masses, and the next stage starts), until the
+    diameter of the configuration falls below ``tol`` (one cluster: ``t_one``), or
+    until ``t1``. Without the merges, two clusters that have met would contract into
+    each other at the fast rate and hold the explicit solver's steps there for the rest
+    of the horizon; with them the steps follow the slow dynamics. Merging two tokens
+    ``merge_tol`` apart moves the mass by at most ``merge_tol``: the reduction is exact
+    up to that (runs at ``merge_tol`` 1e-3 and 1e-4 agree to 4 digits in
+    ``scripts/particles_collapse.py``). Start it from collapsed clusters
+    (:func:`merge_clusters` of a state at rest, whose ``spread`` bounds the error of
+    that first reduction). Event times are the ends of the steps where a condition
+    first holds: resolved to one step of the final approach, whose steps follow its
+    own time scale (about 1 in the experiment's units), not the time elapsed. Two
+    programs whose round-off differs (``jit`` against eager, ``vmap`` against a loop)
+    may take other steps and give times up to a step apart.
+
+    Args:
+      flow: the :class:`ParticleFlow` (traced).
+      x0: ``(k, d)`` cluster centers on the sphere (zero-weight padding allowed).
+      t1: the horizon (traced).
+      weights: ``(k,)`` masses (default ``1/k`` each).
+      tol: one cluster is a diameter below this (traced).
+      merge_tol: two tokens closer than this merge (traced). Keep it far below
+        ``tol`` and well above the solver's noise: two tokens contracting into each
+        other sit at the explicit step's stability limit, where their distance
+        jitters at about ``rtol`` (1e-5 at the default) and may never fall below a
+        smaller threshold.
+      rtol, atol, dt0: the step controller's tolerances and first step of each stage.
+      max_steps: the step budget of each stage (static); ``k`` stages at most.
+
+    Returns:
+      :class:`MergeHistory`. Not for gradients (the merges are discrete events).
+    """
+    x0, max_steps = _check_adaptive(flow, x0, t1, rtol, atol, dt0, max_steps)
+    check_scalar("tol", tol, gt=0.0)
+    check_scalar("merge_tol", merge_tol, gt=0.0)
+    weights = _check_weights(weights, x0)
+    if weights is None:
+        weights = jnp.full(x0.shape[:1], 1.0 / x0.shape[0], x0.dtype)
+    dt = x0.dtype
+    return _solve_merging(flow, x0, weights, jnp.asarray(t1, dt), jnp.asarray(tol, dt),
+                          jnp.asarray(merge_tol, dt), rtol, atol, dt0, max_steps)
+
+
+@eqx.filter_jit
+def _solve_merging(flow, x0, w0, t1, tol, merge_tol, rtol, atol, dt0, max_steps):
+    k = x0.shape[0]
+
+    def field(t, y, w):
+        # zero-weight (padding) tokens are frozen: as test particles they would contract
+        # onto the cluster they copy at its fast rate and hold the steps there
+        x = normalize(y)
+        return jnp.where(w[:, None] > 0, project_tangent(x, _raw_velocity(flow, x, w)), 0.0)
+
+    def dist2(y, w):
+        # differences, not |x|^2 + |y|^2 - 2 x.y: no cancellation at merge_tol
+        x = normalize(y)
+        d2 = jnp.sum((x[:, None, :] - x[None, :, :]) ** 2, -1)
+        live = (w[:, None] > 0) & (w[None, :] > 0)
+        return d2, live
+
+    def one_cluster(y, w):
+        d2, live = dist2(y, w)
+        return jnp.max(jnp.where(live, d2, 0.0)) < tol * tol
+
+    def meet(y, w):
+        d2, live = dist2(y, w)
+        pairs = live & ~jnp.eye(k, dtype=bool)
+        return jnp.min(jnp.where(pairs, d2, jnp.inf)) < merge_tol * merge_tol
+
+    def stage(state):
+        t, x, w, i, t_one, t_merge, counts, steps = state
+        sol = diffrax.diffeqsolve(
+            diffrax.ODETerm(field), diffrax.Tsit5(), t, t1, dt0, x, args=w,
+            saveat=diffrax.SaveAt(t1=True),
+            stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
+            # boolean: the stage ends at the end of the first step where it holds (a
+            # root finder fails far out in time, where t's round-off exceeds the
+            # approach's time scale)
+            event=diffrax.Event(lambda t, y, args, **kw: one_cluster(y, args) | meet(y, args)),
+            max_steps=max_steps, throw=False)
+        t_new, y = sol.ts[-1], sol.ys[-1]
+        done = one_cluster(y, w)
+        m = _merge_clusters(normalize(y), merge_tol, k, w)
+        count = jnp.sum(m.weights > 0)
+        return (t_new, m.centers, m.weights, i + 1,
+                jnp.where(done, t_new, jnp.inf),
+                t_merge.at[i].set(t_new),
+                counts.at[i].set(jnp.where(done, 1, count).astype(jnp.int32)),
+                steps + sol.stats["num_steps"])
+
+    def go_on(state):
+        t, x, w, i, t_one, _, _, _ = state
+        return (i < k) & jnp.isinf(t_one) & (t < t1)
+
+    t_one0 = jnp.where(one_cluster(x0, w0), 0.0, jnp.inf).astype(x0.dtype)
+    init = (jnp.zeros((), x0.dtype), x0, w0, jnp.int32(0), t_one0,
+            jnp.full((k,), jnp.inf, x0.dtype), jnp.zeros((k,), jnp.int32), jnp.int32(0))
+    t, x, w, _, t_one, t_merge, counts, steps = jax.lax.while_loop(go_on, stage, init)
+    return MergeHistory(t_merge, counts, t_one, x, w, steps)
+
+
+def merge_time_two_clusters(
+    beta: float | Float[Array, ""],
+    theta0: float | Float[Array, ""],
+    theta1: float | Float[Array, ""],
+) -> Float[Array, ""]:
+    r"""Time for two collapsed clusters to close from angle ``theta0`` to ``theta1``.
+
+    For the attention-only mean-normalised flow with ``Q^T K = V = I`` in the time
+    units of ``speed = exp(-beta)`` (the particles experiment's), two point clusters of
+    any masses (summing to 1) at angle ``theta`` obey
+    ``dtheta/dt = -exp(-beta (1 - cos theta)) sin theta``, so the time is
+
+    .. math::
+
+        T = \int_{	heta_1}^{	heta_0} rac{e^{eta(1-\cos	heta)}}{\sin	heta}\,d	heta
+          = F(	heta_0) - F(	heta_1),\quad
+        F(	heta) = 	frac12ig[\mathrm{Ei}(eta(1-\cos	heta))
+                    - e^{2eta}\,\mathrm{Ei}(-eta(1+\cos	heta))ig]
+
+    (``Ei`` the exponential integral; ``beta > 0``). Near-antipodal clusters take
+    ``~ (1/2) e^{2 beta} ln(1 / (beta (1 + cos theta0)))``: the merging time grows as
+    ``e^{2 beta}``. Jittable, vmappable and differentiable in all three arguments.
+    """
+    check_scalar("beta", beta, gt=0.0)
+    dtype = jnp.result_type(beta, theta0, theta1, float)
+    beta, theta0, theta1 = (jnp.asarray(v, dtype) for v in (beta, theta0, theta1))
+
+    def f(theta):
+        c = jnp.cos(theta)
+        return 0.5 * (jax.scipy.special.expi(beta * (1.0 - c))
+                      - jnp.exp(2.0 * beta) * jax.scipy.special.expi(-beta * (1.0 + c)))
+
+    return f(theta0) - f(theta1)
+
+
 # --------------------------------------------------------------------------- checks
 
 
@@ -601,6 +880,32 @@ def check_on_sphere(name: str, x, atol: float = 1e-4) -> None:
         raise ValueError(
             f"{name} must lie on the unit sphere (row norms 1), got max | |x_i| - 1 | = {err:.3g}"
         )
+
+
+def _check_adaptive(flow, x0, t1, rtol, atol, dt0, max_steps):
+    """The arguments the adaptive solvers share; returns ``x0`` as an array."""
+    if not isinstance(x0, jax.Array):
+        x0 = jnp.asarray(x0)
+    _check_state(flow, x0)
+    check_scalar("t1", t1, gt=0.0)
+    check_scalar("rtol", rtol, gt=0.0)
+    check_scalar("atol", atol, gt=0.0)
+    check_scalar("dt0", dt0, gt=0.0)
+    return x0, check_int("max_steps", max_steps, min=1)
+
+
+def _check_weights(weights, x):
+    if weights is None:
+        return None
+    if not isinstance(weights, jax.core.Tracer):
+        # NumPy, not jnp: under an enclosing jit a jnp op on a constant is traced
+        w = np.asarray(weights)
+        check_array("weights", w, shape=x.shape[:1], dtype="number", ge=0.0)
+        if not np.sum(w) > 0:
+            raise ValueError("weights must have a positive sum")
+    else:
+        check_array("weights", weights, shape=x.shape[:1], dtype="floating")
+    return jnp.asarray(weights, x.dtype)
 
 
 def _check_state(flow, x):

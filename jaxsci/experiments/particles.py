@@ -9,6 +9,15 @@ checked: the energy never decreases; attention alone collapses to one cluster;
 with the perceptron the flow stops at critical points (velocity ~ 0) that are
 atomic (a few atoms) and localized (the same atoms whatever the initial tokens).
 
+Long horizon (attention only). Metastable clusters merge on times exponential in
+``beta``, far beyond ``t1``. Each attention-only run continues from its state at
+``t1`` in float64: adaptive steps to rest (:func:`solve_to_rest`, at most ``rest_t1``
+more), then each cluster becomes one token carrying its mass
+(:func:`merge_clusters`) and the reduced flow runs through its merges to one cluster
+(:func:`solve_merging`, up to ``collapse_t1``). That gives a time to one cluster for
+every ``beta``, and the claim that attention alone collapses is checked at every
+``beta`` of the grid, not only at those that merge within ``t1``.
+
 Time is reparametrised by ``speed = exp(-beta)`` (the attention kernel becomes
 ``exp(beta (<x, y> - 1)) <= 1``) and the perceptron's output weights are
 ``scale * exp(beta)``, so ``scale`` is the perceptron's strength relative to the
@@ -57,6 +66,12 @@ class ParticlesConfig:
     atomic_max: int = 10  # "atomic": at most this many atoms
     energy_rtol: float = 1e-5  # float32 round-off allowance for "never decreases"
     stationary_tol: float = 1e-5  # max |velocity| below which a run is at a critical point
+    # Long horizon (attention only, float64): adaptive solve to rest for at most rest_t1
+    # past t1, then the merged-cluster flow up to collapse_t1 (time past that rest).
+    rest_t1: float = 1000.0
+    collapse_t1: float = 1e16
+    max_clusters: int = 64  # clusters the reduced flow can hold (more raise)
+    max_steps: int = 100_000  # step budget of each adaptive solve
 
     def __post_init__(self):
         check_int("n", self.n, min=2)
@@ -71,6 +86,10 @@ class ParticlesConfig:
         check_int("atomic_max", self.atomic_max, min=1)
         check_scalar("energy_rtol", self.energy_rtol, ge=0.0)
         check_scalar("stationary_tol", self.stationary_tol, gt=0.0)
+        check_scalar("rest_t1", self.rest_t1, gt=0.0)
+        check_scalar("collapse_t1", self.collapse_t1, gt=0.0)
+        check_int("max_clusters", self.max_clusters, min=1)
+        check_int("max_steps", self.max_steps, min=1)
         if not self.betas or not self.widths or not self.scales:
             raise ValueError("betas, widths and scales must be non-empty")
         for b in self.betas:
@@ -146,6 +165,39 @@ def simulate(key: jax.Array, config: ParticlesConfig, width: int | None) -> dict
     return res
 
 
+def long_horizon(config: ParticlesConfig, att: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Continue the attention-only runs from ``t1`` to one cluster (float64).
+
+    Per run: adaptive steps to rest (``stationary_tol``) within ``rest_t1``, then the
+    merged-cluster flow (:func:`pt.merge_clusters`, :func:`pt.solve_merging`) within
+    ``collapse_t1``. ``t_one`` is the time (from 0) of one cluster: ``t1`` when the run
+    had one at ``t1`` already (an upper bound), ``inf`` when not reached.
+    """
+    d = config.d
+    with jax.enable_x64(True):
+        x = jnp.asarray(att["final"], jnp.float64)
+        x = x / jnp.linalg.norm(x, axis=-1, keepdims=True)
+        params = {"beta": jnp.asarray(att["beta"], jnp.float64), "x": x}
+        max_clusters = min(config.max_clusters, config.n)
+
+        def one(p):
+            flow = pt.make_flow(d, p["beta"], speed=jnp.exp(-p["beta"]), dtype=jnp.float64)
+            r = pt.solve_to_rest(flow, p["x"], config.rest_t1,
+                                 jnp.asarray([config.rest_t1], jnp.float64),
+                                 vtol=config.stationary_tol, max_steps=config.max_steps)
+            m = pt.merge_clusters(r.final, config.cluster_tol, max_clusters)
+            h = pt.solve_merging(flow, m.centers, config.collapse_t1, weights=m.weights,
+                                 tol=config.cluster_tol, max_steps=config.max_steps)
+            already = pt.count_clusters(p["x"], config.cluster_tol)[0] == 1
+            t_one = jnp.where(already, config.t1, config.t1 + r.t_stop + h.t_one)
+            return {"t_one": t_one, "clusters_at_rest": m.n_clusters,
+                    "t_rest": config.t1 + r.t_stop, "spread": m.spread,
+                    "merge_steps": h.n_steps}
+
+        out = sweep(one, params)
+        return {k: np.asarray(v) for k, v in out.items()}
+
+
 def atoms(final: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Atom positions (normalised centroids of each cluster) and masses (fractions)."""
     roots = np.unique(labels)
@@ -172,6 +224,8 @@ def run(config: ParticlesConfig, ctx: Context) -> dict:
             jax.random.fold_in(ctx.key, 0 if job is None else job), config, job))
         bar.update()
     bar.close()
+    results["long"] = ctx.cell("attention_only_long_horizon",
+                               lambda: long_horizon(config, results[None]))
 
     metrics = analyse(config, results)
     ctx.report.add_figure(
@@ -182,6 +236,11 @@ def run(config: ParticlesConfig, ctx: Context) -> dict:
     ctx.report.add_figure(
         plot_cluster_counts(config, results), "cluster_counts.png",
         "Number of atoms at the final time over the sweep (median over seeds, bars: min-max).",
+    )
+    ctx.report.add_figure(
+        plot_collapse_times(config, results), "collapse_times.png",
+        "Attention only: time to one cluster against beta (dots: seeds; line: median), "
+        "from the long-horizon merged-cluster flow past t1 (dashed).",
     )
     ctx.report.add_text(summary_markdown(config, metrics))
     return metrics
@@ -194,6 +253,16 @@ def analyse(config: ParticlesConfig, results) -> dict:
     k_per = np.concatenate([r["clusters"] for r in per])
     v_per = np.concatenate([r["max_velocity"] for r in per])
     by_beta = [float(np.median(att["clusters"][att["beta"] == b])) for b in config.betas]
+    long = results["long"]
+    t_one = [long["t_one"][att["beta"] == b] for b in config.betas]
+    t_by_beta = [float(np.median(t)) if np.all(np.isfinite(t)) else float("inf")
+                 for t in t_one]
+    # growth of the median time to one cluster per unit of beta, over the betas that
+    # collapsed after t1 (the times up to t1 are upper bounds)
+    late = [(b, np.log10(t)) for b, t in zip(config.betas, t_by_beta, strict=True)
+            if np.isfinite(t) and t > config.t1]
+    growth = (float(10 ** np.polyfit(*np.asarray(late).T, 1)[0]) if len(late) >= 2
+              else float("nan"))
     # Localization: with a fixed perceptron, the atoms reached from different initial
     # tokens coincide (Hausdorff distance between the atom sets of seed 0 and the others).
     spreads = []
@@ -224,6 +293,11 @@ def analyse(config: ParticlesConfig, results) -> dict:
             (k for b, k in zip(config.betas, by_beta, strict=True) if b <= COLLAPSE_BETA_MAX),
             default=float("nan")),
         "atomic_max": config.atomic_max,
+        "collapse_time_attention_only_by_beta": t_by_beta,
+        "collapse_time_attention_only_all": long["t_one"],
+        "collapsed_fraction_attention_only_long": float(np.mean(np.isfinite(long["t_one"]))),
+        "clusters_at_rest_attention_only": long["clusters_at_rest"],
+        "collapse_time_growth_per_beta": growth,
         "betas": list(config.betas),
         "clusters_attention_only_all": att["clusters"],
         "max_velocity_attention_only": att["max_velocity"],
@@ -295,6 +369,26 @@ def plot_cluster_counts(config, results):
     return fig
 
 
+def plot_collapse_times(config, results):
+    plt = pyplot()
+
+    att, long = results[None], results["long"]
+    fig, ax = plt.subplots(figsize=(5, 3.6), constrained_layout=True)
+    med = []
+    for b in config.betas:
+        t = long["t_one"][att["beta"] == b]
+        ax.plot(np.full(len(t), b), np.where(np.isfinite(t), t, np.nan), "o", color="C0",
+                alpha=0.5, ms=4)
+        med.append(np.median(t))
+    ax.plot(config.betas, np.where(np.isfinite(med), med, np.nan), "k-", lw=1)
+    ax.axhline(config.t1, color="0.5", ls="--", lw=1)
+    ax.set_yscale("log")
+    ax.set_xlabel(r"inverse temperature $\beta$")
+    ax.set_ylabel("time to one cluster")
+    ax.set_title(f"attention only, n={config.n} on S^{config.d - 1}", fontsize=9)
+    return fig
+
+
 def summary_markdown(config, m) -> str:
     rows = [
         ("energy never decreases (fraction of runs)", f"{m['energy_monotone']:.3f}"),
@@ -303,6 +397,10 @@ def summary_markdown(config, m) -> str:
          + ", ".join(f"beta={b}: {k:g}" for b, k in zip(config.betas,
                                                         m["clusters_attention_only_by_beta"],
                                                         strict=True))),
+        ("attention only, time to one cluster (median by beta; t1: one already at t1; "
+         "past t1 the merged-cluster flow)", ", ".join(f"beta={b}: {t:.3g}" for b, t in zip(
+             config.betas, m["collapse_time_attention_only_by_beta"], strict=True))
+         + f"; x {m['collapse_time_growth_per_beta']:.3g} per unit of beta"),
         ("atoms, with perceptron (median)", f"{m['clusters_with_perceptron']:.1f}"),
         (f"atomic fraction (<= {config.atomic_max} atoms)", f"{m['atomic_fraction']:.3f}"),
         ("at a critical point (max |v| < "
@@ -335,6 +433,15 @@ METRICS = (
     Metric("clusters_attention_only_low_beta", f"largest median atom count over "
            f"beta <= {COLLAPSE_BETA_MAX}, attention only", better="lower", finite=False),
     Metric("betas", "inverse temperatures simulated"),
+    Metric("collapse_time_attention_only_by_beta", "median time to one cluster per beta, "
+           "attention only, through the long-horizon merged-cluster flow (t1 where one "
+           "cluster was there at t1 already; inf where a seed did not collapse)",
+           finite=False),
+    Metric("collapsed_fraction_attention_only_long", "fraction of attention-only runs at "
+           "one cluster within the long horizon", better="higher"),
+    Metric("collapse_time_growth_per_beta", "factor by which the median time to one "
+           "cluster grows per unit of beta (fit over the betas that collapse after t1)",
+           finite=False),
 )
 
 CLAIMS = (
@@ -345,6 +452,11 @@ CLAIMS = (
           "clusters_attention_only_low_beta == 1",
           note=f"at beta <= {COLLAPSE_BETA_MAX}, whose metastable clusters merge within t1 "
           "(merging is exponentially slow in beta)"),
+    Claim("attention_collapses_every_beta", "Attention alone collapses the tokens to a "
+          "single cluster at every beta (the long-time limit)",
+          "collapsed_fraction_attention_only_long == 1.0",
+          note="past t1 through the merged-cluster flow (float64, adaptive steps); the "
+          "time grows exponentially in beta (collapse_time_growth_per_beta)"),
     Claim("perceptron_atomic", "With the perceptron the limit measures are atomic (a few atoms)",
           "atomic_fraction >= 0.9 and clusters_with_perceptron <= atomic_max"),
     Claim("perceptron_critical_points", "With the perceptron the flow stops at critical "

@@ -96,6 +96,66 @@ def test_solve_to_rest_follows_the_flow_and_stops_at_rest(x0):
     assert float(short.t_stop) < float(r.t_stop)
 
 
+def test_weighted_tokens_move_as_coincident_tokens():
+    """A token of weight m/n is m coincident tokens, in both normalisations."""
+    x = sample_uniform(jax.random.key(5), 4, D)
+    copies = jnp.concatenate([x, x[:1], x[:1], x[2:3]])  # token 0 three times, 2 twice
+    w = jnp.asarray([3.0, 1.0, 2.0, 1.0]) / 7.0
+    for norm in ("mean", "softmax"):
+        flow = pt.make_flow(D, 2.0, normalisation=norm)
+        np.testing.assert_allclose(pt.velocity(flow, x, w), pt.velocity(flow, copies)[:4],
+                                   atol=1e-6)
+    m = pt.merge_clusters(copies, 1e-3, 6)
+    assert int(m.n_clusters) == 4 and float(m.spread) < 1e-6
+    np.testing.assert_allclose(m.weights, jnp.concatenate([w, jnp.zeros(2)]), atol=1e-7)
+    np.testing.assert_allclose(m.centers[:4], x, atol=1e-6)
+    np.testing.assert_allclose(m.centers[4:], jnp.stack([x[0], x[0]]), atol=1e-6)
+
+
+def test_two_cluster_merging_time_closed_form_and_reduced_solve():
+    """The closed form equals the quadrature of 1/|dtheta/dt|, and the reduced solve of two
+    weighted (padded) tokens reaches one cluster at that time, whatever the masses."""
+    from scipy.integrate import quad
+
+    tol = 0.05
+    th1 = 2 * np.arcsin(tol / 2)  # chord tol
+    for beta, th0 in ((0.5, 1.0), (4.0, 2.5), (8.0, 3.1)):
+        ref = quad(lambda t, b=beta: np.exp(b * (1 - np.cos(t))) / np.sin(t), th1, th0)[0]
+        np.testing.assert_allclose(float(pt.merge_time_two_clusters(beta, th0, th1)), ref,
+                                   rtol=1e-4)
+    beta, th0 = 4.0, 2.5
+    flow = pt.make_flow(D, beta, speed=np.exp(-beta))
+    two = jnp.asarray([[1.0, 0.0, 0.0], [np.cos(th0), np.sin(th0), 0.0]])
+    want = float(pt.merge_time_two_clusters(beta, th0, th1))
+    for masses in ((1, 4), (3, 2)):
+        m = pt.merge_clusters(jnp.repeat(two, np.asarray(masses), axis=0), 1e-3, 3)
+        h = pt.solve_merging(flow, m.centers, 1e4, weights=m.weights, tol=tol)
+        assert abs(float(h.t_one) - want) < 0.01 * want, (masses, float(h.t_one), want)
+        np.testing.assert_array_equal(h.n_clusters[:1], [1])
+
+
+def test_merging_cascade_matches_the_full_flow():
+    """Three collapsed clusters (copies of three points): the cascade of the reduced flow
+    (merge, then the merged pair) reaches one cluster when the full flow of all the
+    tokens does, with fewer steps, and its staircase counts 2 then 1."""
+    beta = 4.0
+    flow = pt.make_flow(D, beta, speed=np.exp(-beta))
+    ang = np.asarray([0.0, 2.0, 4.3])  # pairwise 2.0, 2.3 and 1.98 rad: slow merges
+    c = jnp.asarray(np.stack([np.cos(ang), np.sin(ang), [0.0, 0.1, -0.1]], 1))
+    c = c / jnp.linalg.norm(c, axis=1, keepdims=True)
+    x = jnp.repeat(c, np.asarray([5, 3, 8]), axis=0)
+    full = pt.solve_to_rest(flow, x, 1e4, jnp.asarray([1e4]), vtol=1e-30,
+                            stop_diameter=0.05)
+    assert bool(full.at_rest)
+    m = pt.merge_clusters(x, 1e-3, 4)
+    np.testing.assert_allclose(m.weights, np.asarray([5, 3, 8, 0]) / 16, atol=1e-7)
+    h = pt.solve_merging(flow, m.centers, 1e4, weights=m.weights, tol=0.05)
+    np.testing.assert_allclose(float(h.t_one), float(full.t_stop), rtol=0.01)
+    np.testing.assert_array_equal(np.asarray(h.n_clusters[:2]), [2, 1])
+    assert float(h.t_merge[0]) < float(h.t_one)
+    assert int(h.n_steps) < int(full.n_steps)
+
+
 def test_solver_converges_with_order():
     # Smooth (tanh) perceptron in float64: the projected Tsit5 step keeps high order,
     # the projected Heun step order 2 (halving dt divides the error by ~4).

@@ -22,24 +22,16 @@ from __future__ import annotations
 
 import argparse
 import functools
-import time
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from grans_iteration import _ms  # this folder is on sys.path when run as a script
 from jax.experimental import sparse as jsparse
 
 from jaxsci.data import fem
 from jaxsci.solvers import grans as gr
-
-
-def _ms(f, *args, repeats):
-    jax.block_until_ready(f(*args))
-    t0 = time.perf_counter()
-    for _ in range(repeats):
-        jax.block_until_ready(f(*args))
-    return (time.perf_counter() - t0) / repeats * 1e3
 
 
 @functools.partial(jax.jit, static_argnames="n")
@@ -50,14 +42,6 @@ def _seg_msg(w, h, rows, cols, n):
 @jax.jit
 def _ell_msg(w_ell, h, ell_cols):
     return jnp.sum(w_ell * h[ell_cols], axis=1)
-
-
-def _ms_np(f, *args, repeats):
-    f(*args)
-    t0 = time.perf_counter()
-    for _ in range(repeats):
-        f(*args)
-    return (time.perf_counter() - t0) / repeats * 1e3
 
 
 def main() -> None:
@@ -88,7 +72,7 @@ def main() -> None:
         t_bcsr = _ms(jax.jit(lambda a, v: a @ v), bcsr, x, repeats=reps)
         t_bcoo = _ms(jax.jit(lambda a, v: a @ v), bcoo, x, repeats=reps)
         xn = np.asarray(x)
-        t_sp = _ms_np(csr.dot, xn, repeats=reps)
+        t_sp = _ms(csr.dot, xn, repeats=reps)
         np.testing.assert_allclose(np.asarray(seg_mv(g, x)), csr @ xn, rtol=1e-10, atol=1e-10)
         np.testing.assert_allclose(np.asarray(bcsr @ x), csr @ xn, rtol=1e-10, atol=1e-10)
 
@@ -115,7 +99,7 @@ def main() -> None:
         t_mell = _ms(_ell_msg, w_ell, h, ell_cj, repeats=reps)
         csr32 = csr.astype(np.float32)
         hn = np.asarray(h)
-        t_msp = _ms_np(csr32.dot, hn, repeats=reps)
+        t_msp = _ms(csr32.dot, hn, repeats=reps)
         ew = eqx.filter_jit(gr._edge_weights)(model, g)
         t_basis = _ms(basis_fn, model, g, x, ew, repeats=max(2, reps // 4))
         print(f"{n:6d} {nnz:7d} | {t_seg:7.3f} {t_bcsr:7.3f} {t_bcoo:7.3f} {t_sp:7.3f} | "

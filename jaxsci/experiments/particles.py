@@ -171,7 +171,9 @@ def long_horizon(config: ParticlesConfig, att: dict[str, np.ndarray]) -> dict[st
     Per run: adaptive steps to rest (``stationary_tol``) within ``rest_t1``, then the
     merged-cluster flow (:func:`pt.merge_clusters`, :func:`pt.solve_merging`) within
     ``collapse_t1``. ``t_one`` is the time (from 0) of one cluster: ``t1`` when the run
-    had one at ``t1`` already (an upper bound), ``inf`` when not reached.
+    had one at ``t1`` already, the end of the rest phase when it got there during that
+    phase (both upper bounds), ``inf`` when not reached. More than ``max_clusters``
+    clusters at rest raise (an error naming ``max_clusters``).
     """
     d = config.d
     with jax.enable_x64(True):

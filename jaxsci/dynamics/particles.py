@@ -736,8 +736,9 @@ def solve_merging(
     each other at the fast rate and hold the explicit solver's steps there for the rest
     of the horizon; with them the steps follow the slow dynamics. Merging two tokens
     ``merge_tol`` apart moves the mass by at most ``merge_tol``: the reduction is exact
-    up to that (runs at ``merge_tol`` 1e-3 and 1e-4 agree to 4 digits in
-    ``scripts/particles_collapse.py``). Start it from collapsed clusters
+    up to that (runs at ``merge_tol`` 1e-3 and 1e-4 of
+    ``scripts/particles_collapse.py`` agree to 4 digits at beta = 8 and within 0.3% at
+    beta = 16). Start it from collapsed clusters
     (:func:`merge_clusters` of a state at rest, whose ``spread`` bounds the error of
     that first reduction). Event times are the ends of the steps where a condition
     first holds: resolved to one step of the final approach, whose steps follow its
